@@ -1,0 +1,44 @@
+"""`speculators-kimi`: our command line (version; more subcommands join later)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import PATCHES, UPSTREAM_NAME, UPSTREAM_VERSION, __version__
+
+
+def version_text() -> str:
+    units = "\n".join(f"  {u}" for u in PATCHES) or "  (none)"
+    return (
+        f"speculators-kimi {__version__}\n"
+        f"upstream {UPSTREAM_NAME} {UPSTREAM_VERSION}\n"
+        f"patch units ({len(PATCHES)}):\n{units}"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="speculators-kimi",
+        description="Tools around the patched speculators distribution.",
+    )
+    parser.add_argument(
+        "--version", action="store_true", help="print our version, the upstream pin "
+        "and the applied patch units"
+    )
+    parser.add_subparsers(dest="command")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        print(version_text())
+        return 0
+    parser.print_help(sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

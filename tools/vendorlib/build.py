@@ -1,0 +1,138 @@
+"""Materialize the patched upstream tree and describe it to the build (`setup.py`)."""
+
+from __future__ import annotations
+
+import configparser
+import email.parser
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import VendorError
+from .pin import Pin, inputs_digest, load_pin, load_series
+from .sdist import extract, obtain
+from .units import apply_unit
+
+VENDORED_DIRNAME = ".vendored"
+STAMP = ".speculators-kimi-stamp"
+_EXTRA = re.compile(r"""^(?P<req>.+?)\s*;\s*extra\s*==\s*["'](?P<extra>[^"']+)["']\s*$""")
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _log(msg: str) -> None:
+    print(f"[speculators-kimi] {msg}", file=sys.stderr)
+
+
+def materialize(
+    root: Path, dest: Path, sdist: Path | None = None, quiet: bool = False
+) -> Path:
+    """Write upstream + every unit of the series to ``dest`` (replaced atomically)."""
+    pin = load_pin(root)
+    units = load_series(root)
+    path = obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".materialize-") as tmp:
+        tree = extract(path, Path(tmp) / "tree")
+        for unit in units:
+            touched = apply_unit(unit, tree)
+            if not quiet:
+                _log(f"applied {unit.name} ({len(touched)} files)")
+        (tree / STAMP).write_text(inputs_digest(root) + "\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        tree.rename(dest)
+    return dest
+
+
+def vendored_dir(root: Path) -> Path:
+    return root / VENDORED_DIRNAME
+
+
+def ensure_vendored(root: Path) -> Path:
+    """The project's `.vendored` tree, rebuilt when the pin or a unit changed."""
+    dest = vendored_dir(root)
+    stamp = dest / STAMP
+    if stamp.is_file() and stamp.read_text().strip() == inputs_digest(root):
+        return dest
+    return materialize(root, dest)
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """Runtime requirements of the upstream release, as its metadata declares them."""
+
+    base: list[str]
+    extras: dict[str, list[str]]
+
+
+def upstream_requirements(tree: Path, pin: Pin) -> Requirements:
+    """Requires-Dist of the sdist's PKG-INFO, minus the pin's `drop` list and `dev`."""
+    pkg_info = tree / "PKG-INFO"
+    if not pkg_info.is_file():
+        raise VendorError(f"{pkg_info}: missing; the sdist has no metadata to read")
+    meta = email.parser.Parser().parsestr(pkg_info.read_text())
+    dropped = {d.lower().replace("_", "-") for d in pin.drop_requires}
+    base: list[str] = []
+    extras: dict[str, list[str]] = {}
+    for req in meta.get_all("Requires-Dist") or []:
+        name = _NAME.match(req)
+        if name and name.group(1).lower().replace("_", "-") in dropped:
+            continue
+        if m := _EXTRA.match(req):
+            if m["extra"] != "dev":
+                extras.setdefault(m["extra"], []).append(m["req"])
+        else:
+            base.append(req)
+    return Requirements(base, extras)
+
+
+def upstream_console_scripts(tree: Path) -> list[str]:
+    """Upstream's console scripts (``name = module:attr``) from its egg-info."""
+    found = list(tree.glob("src/*.egg-info/entry_points.txt"))
+    if not found:
+        return []
+    parser = configparser.ConfigParser()
+    parser.read(found[0])
+    if not parser.has_section("console_scripts"):
+        return []
+    return [f"{k} = {v}" for k, v in parser.items("console_scripts")]
+
+
+def write_build_info(root: Path, pin: Pin, units: list[str]) -> Path:
+    """Write `speculators_kimi/_build_info.py`: what this build vendors."""
+    path = root / "speculators_kimi" / "_build_info.py"
+    text = (
+        '"""Written by the build (tools/vendorlib/build.py); do not edit."""\n\n'
+        f"UPSTREAM_NAME = {pin.name!r}\n"
+        f"UPSTREAM_VERSION = {pin.version!r}\n"
+        f"UPSTREAM_SHA256 = {pin.sha256!r}\n"
+        f"PATCHES: tuple[str, ...] = {tuple(units)!r}\n"
+    )
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def write_notice(root: Path, tree: Path, pin: Pin, units: list[str]) -> Path:
+    """The Apache-2.0 NOTICE for the modified files: release and applied units."""
+    lines = [
+        "speculators-kimi",
+        "",
+        f"This distribution contains a modified copy of {pin.name} {pin.version}",
+        "(Apache License 2.0; its license text is UPSTREAM-LICENSE).",
+        f"Unmodified release: sdist {pin.sdist}, sha256 {pin.sha256}.",
+        "",
+        "The copy was modified by applying these patch units, in order",
+        "(each unit's files are listed in upstream_patches/<unit>/):",
+        *(f"  - {u}" for u in units),
+        "",
+    ]
+    path = tree / "NOTICE"
+    path.write_text("\n".join(lines))
+    lic = tree / "LICENSE"
+    if lic.is_file():
+        shutil.copyfile(lic, tree / "UPSTREAM-LICENSE")
+    return path

@@ -1,0 +1,128 @@
+"""`tools/vendor`: materialize, check and export the patch series."""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from .build import materialize, vendored_dir
+from .errors import VendorError
+from .gitwork import export, materialize_git
+from .pin import load_pin, load_series, patches_dir
+from .sdist import extract, obtain
+from .units import apply_unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _extract_pinned(root: Path, dest: Path, sdist: Path | None) -> Path:
+    pin = load_pin(root)
+    return extract(obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist), dest)
+
+
+def cmd_materialize(args: argparse.Namespace) -> int:
+    root: Path = args.root
+    if args.git:
+        dest = Path(args.git)
+        if dest.exists() and any(dest.iterdir()):
+            raise VendorError(f"{dest}: exists and is not empty; choose a new directory")
+        _extract_pinned(root, dest, args.sdist)
+        materialize_git(root, dest)
+        print(f"git work tree at {dest}: upstream + {len(load_series(root))} unit commits")
+        print(f"edit, commit into the unit's commit, then: tools/vendor export {dest}")
+        return 0
+    dest = Path(args.dest) if args.dest else vendored_dir(root)
+    materialize(root, dest, args.sdist)
+    print(f"materialized tree at {dest}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    names = export(args.root, Path(args.dir))
+    print(f"exported {len(names)} units to {patches_dir(args.root)}: {', '.join(names)}")
+    return 0
+
+
+def _diff_trees(a: Path, b: Path) -> list[str]:
+    """Relative paths that differ between two directory trees (bytes)."""
+    out: list[str] = []
+
+    def walk(cmp: filecmp.dircmp, prefix: str) -> None:
+        out.extend(prefix + n for n in cmp.left_only + cmp.right_only + cmp.funny_files)
+        _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
+        out.extend(prefix + n for n in mismatch + errors)
+        for name, sub in cmp.subdirs.items():
+            walk(sub, f"{prefix}{name}/")
+
+    walk(filecmp.dircmp(a, b), "")
+    return sorted(out)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    root: Path = args.root
+    pin = load_pin(root)
+    units = load_series(root)
+    problems: list[str] = []
+    listed = {u.name for u in units}
+    for d in sorted(p for p in patches_dir(root).iterdir() if p.is_dir()):
+        if d.name not in listed:
+            problems.append(f"{d.name}: a unit directory not listed in series")
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = _extract_pinned(root, Path(tmp) / "tree", args.sdist)
+        print(f"upstream {pin.name} {pin.version}: sha256 ok")
+        for unit in units:
+            touched = apply_unit(unit, tree)
+            if not (unit.path / "PR.md").is_file():
+                problems.append(f"{unit.name}: no PR.md")
+            print(f"  {unit.name}: applies ({len(touched)} files)")
+        gtree = _extract_pinned(root, Path(tmp) / "git", args.sdist)
+        materialize_git(root, gtree)
+        copy = Path(tmp) / "roundtrip"
+        shutil.copytree(root / "upstream_patches", copy / "upstream_patches")
+        export(copy, gtree)
+        diff = _diff_trees(root / "upstream_patches", copy / "upstream_patches")
+        if diff:
+            problems.append(
+                "materialize --git + export does not reproduce upstream_patches/: "
+                + ", ".join(diff)
+                + " (run `tools/vendor export` on a materialized tree to normalize)"
+            )
+        else:
+            print("  round trip (materialize --git, export): byte for byte")
+    for p in problems:
+        print(f"problem: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tools/vendor", description=__doc__)
+    parser.add_argument("--root", type=Path, default=ROOT, help="project root")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("materialize", help="upstream + units as a tree or git history")
+    m.add_argument("dest", nargs="?", help="target directory (default: .vendored)")
+    m.add_argument("--git", metavar="DIR", help="a git work tree, one commit per unit")
+    m.add_argument("--sdist", type=Path, help="use this sdist file (hash still checked)")
+    m.set_defaults(func=cmd_materialize)
+
+    e = sub.add_parser("export", help="rewrite upstream_patches/ from a git work tree")
+    e.add_argument("dir", help="the work tree made by `materialize --git`")
+    e.set_defaults(func=cmd_export)
+
+    c = sub.add_parser("check", help="prove the series applies and round-trips")
+    c.add_argument("--sdist", type=Path, help="use this sdist file (hash still checked)")
+    c.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except VendorError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,24 @@
+"""Version of the speculators code that is running, however it was installed."""
+
+import importlib.metadata
+
+__all__ = ["speculators_version"]
+
+
+def speculators_version() -> str:
+    """Return the version of the running ``speculators`` package.
+
+    Prefers ``speculators.version``, which the release build writes into the package,
+    so the answer describes the code that is imported even when the package was
+    installed under another distribution name (a downstream redistribution) or next
+    to a different ``speculators`` distribution. Falls back to the distribution
+    metadata for source checkouts without a generated version module.
+
+    :returns: The version string, e.g. ``"0.9.0"``.
+    :raises importlib.metadata.PackageNotFoundError: If neither source is available.
+    """
+    try:
+        from speculators.version import version  # noqa: PLC0415
+    except ImportError:
+        return importlib.metadata.version("speculators")
+    return str(version)
