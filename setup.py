@@ -43,7 +43,9 @@ def main() -> None:
     # A stale build/lib would leak files a unit removed into the wheel.
     shutil.rmtree(ROOT / "build" / "lib", ignore_errors=True)
     src = tree.relative_to(ROOT) / "src"
-    upstream_pkgs = find_packages(str(ROOT / src), include=["speculators", "speculators.*"])
+    upstream_pkgs = find_packages(
+        str(ROOT / src), include=["speculators", "speculators.*"]
+    )
     ours = find_packages(str(ROOT), include=["speculators_kimi", "speculators_kimi.*"])
     setup(
         packages=upstream_pkgs + ours,

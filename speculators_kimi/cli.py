@@ -23,8 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Tools around the patched speculators distribution.",
     )
     parser.add_argument(
-        "--version", action="store_true", help="print our version, the upstream pin "
-        "and the applied patch units"
+        "--version",
+        action="store_true",
+        help="print our version, the upstream pin and the applied patch units",
     )
     parser.add_subparsers(dest="command")
     return parser

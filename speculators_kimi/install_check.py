@@ -41,7 +41,7 @@ def conflict_message(upstream_version: str) -> str:
 
 def warn_if_upstream_installed() -> bool:
     """Warn once per process if upstream's distribution is present; True if so."""
-    global _warned  # noqa: PLW0603
+    global _warned
     version = upstream_distribution_version()
     if version is None:
         return False

@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers import ROOT, clean_copy, pinned_sdist  # noqa: E402
+from helpers import ROOT, clean_copy, pinned_sdist
 
 
 @pytest.fixture(scope="session")

@@ -22,11 +22,17 @@ def pinned_sdist() -> Path:
 
 
 def clean_copy(dest: Path) -> Path:
-    """What a fresh clone of the working tree holds: tracked + untracked, not ignored."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, capture_output=True, check=True,
-    ).stdout.decode().split("\0")
+    """What a fresh clone of the work tree holds: tracked + untracked, not ignored."""
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, listed):
         src = ROOT / rel
         if src.is_file():
@@ -36,19 +42,28 @@ def clean_copy(dest: Path) -> Path:
 
 
 def run(
-    cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
-    timeout: float = 900, check: bool = True,
+    cmd: list[str],
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 900,
+    check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """Run a command, capturing text output; on failure show it in the assertion."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     proc = subprocess.run(
-        cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
+        cmd,
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         check=False,
     )
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{' '.join(map(str, cmd))} exited {proc.returncode}\n"
-            f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
+            f"--- stdout ---\n{proc.stdout[-6000:]}\n"
+            f"--- stderr ---\n{proc.stderr[-6000:]}"
         )
     return proc

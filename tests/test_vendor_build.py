@@ -10,15 +10,24 @@ import pytest
 from helpers import ROOT, run
 
 sys.path.insert(0, str(ROOT / "tools"))
-from vendorlib.pin import load_series  # noqa: E402
+from vendorlib.pin import load_series
 
 
 def pip_install_target(project: Path, target: Path, sdist: Path) -> str:
     """`pip install --target` of ``project`` expected to fail; return its output."""
     proc = run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target),
-         str(project)],
-        env={"SPECULATORS_KIMI_UPSTREAM_SDIST": str(sdist)}, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(project),
+        ],
+        env={"SPECULATORS_KIMI_UPSTREAM_SDIST": str(sdist)},
+        check=False,
     )
     assert proc.returncode != 0, "the build was expected to fail"
     assert not (target / "speculators").exists(), "a failed build installed files"
@@ -47,9 +56,7 @@ def test_unit_that_does_not_apply_names_unit_file_and_hunk(
     lines = unit.patch.read_text().splitlines(keepends=True)
     # Break the first context line of the first hunk.
     first_hunk = next(i for i, line in enumerate(lines) if line.startswith("@@"))
-    ctx = next(
-        i for i in range(first_hunk + 1, len(lines)) if lines[i].startswith(" ")
-    )
+    ctx = next(i for i in range(first_hunk + 1, len(lines)) if lines[i].startswith(" "))
     lines[ctx] = " # this line is not in upstream\n"
     unit.patch.write_text("".join(lines))
     file = next(
@@ -75,8 +82,13 @@ def test_files_overwriting_upstream_stop_the_build(
 
 def test_check_proves_the_series(project_copy, upstream_sdist):
     proc = run(
-        [sys.executable, str(project_copy / "tools" / "vendor"), "check",
-         "--sdist", str(upstream_sdist)]
+        [
+            sys.executable,
+            str(project_copy / "tools" / "vendor"),
+            "check",
+            "--sdist",
+            str(upstream_sdist),
+        ]
     )
     for unit in load_series(project_copy):
         assert f"{unit.name}: applies" in proc.stdout
@@ -137,13 +149,22 @@ def test_unit_tests_pass_on_the_materialized_tree(
     project_copy, tmp_path, upstream_sdist
 ):
     tree = tmp_path / "tree"
-    run([sys.executable, str(project_copy / "tools" / "vendor"), "materialize",
-         str(tree), "--sdist", str(upstream_sdist)])
+    run(
+        [
+            sys.executable,
+            str(project_copy / "tools" / "vendor"),
+            "materialize",
+            str(tree),
+            "--sdist",
+            str(upstream_sdist),
+        ]
+    )
     tests = tree / "tests" / "unit"
     assert tests.is_dir(), "the units carry no upstream-style unit tests"
     proc = run(
         [sys.executable, "-m", "pytest", "-q", str(tests)],
-        cwd=tree, env={"PYTHONPATH": str(tree / "src")},
+        cwd=tree,
+        env={"PYTHONPATH": str(tree / "src")},
     )
     assert " passed" in proc.stdout
 
@@ -159,18 +180,27 @@ def test_clean_clone_installs_into_a_fresh_venv(project_copy, tmp_path):
     run([py, "-m", "pip", "install", "-q", "torch==2.13.0"], timeout=1200)
     proc = run([py, "-m", "pip", "install", str(project_copy)], env=env, timeout=1800)
     assert "Successfully installed" in proc.stdout
-    assert (tmp_path / "cache/speculators-kimi/sdists/speculators-0.9.0.tar.gz").is_file()
+    assert (
+        tmp_path / "cache/speculators-kimi/sdists/speculators-0.9.0.tar.gz"
+    ).is_file()
     units = [u.name for u in load_series(project_copy)]
-    check = run([py, "-c", (
-        "import importlib.metadata as md, speculators, speculators_kimi, "
-        "speculators.version as v\n"
-        "print(speculators.__file__)\n"
-        "print(v.version, speculators_kimi.UPSTREAM_VERSION)\n"
-        "print(','.join(speculators_kimi.PATCHES))\n"
-        "files = md.distribution('speculators-kimi').files\n"
-        "notice = [f for f in files if f.name == 'NOTICE'][0]\n"
-        "print(notice.read_text())\n"
-    )], cwd=tmp_path)
+    check = run(
+        [
+            py,
+            "-c",
+            (
+                "import importlib.metadata as md, speculators, speculators_kimi, "
+                "speculators.version as v\n"
+                "print(speculators.__file__)\n"
+                "print(v.version, speculators_kimi.UPSTREAM_VERSION)\n"
+                "print(','.join(speculators_kimi.PATCHES))\n"
+                "files = md.distribution('speculators-kimi').files\n"
+                "notice = [f for f in files if f.name == 'NOTICE'][0]\n"
+                "print(notice.read_text())\n"
+            ),
+        ],
+        cwd=tmp_path,
+    )
     lines = check.stdout.splitlines()
     assert lines[0].startswith(str(venv)), "speculators must come from the new venv"
     assert lines[1] == "0.9.0 0.9.0"

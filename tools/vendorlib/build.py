@@ -18,7 +18,9 @@ from .units import apply_unit
 
 VENDORED_DIRNAME = ".vendored"
 STAMP = ".speculators-kimi-stamp"
-_EXTRA = re.compile(r"""^(?P<req>.+?)\s*;\s*extra\s*==\s*["'](?P<extra>[^"']+)["']\s*$""")
+_EXTRA = re.compile(
+    r"""^(?P<req>.+?)\s*;\s*extra\s*==\s*["'](?P<extra>[^"']+)["']\s*$"""
+)
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 

@@ -29,10 +29,14 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     if args.git:
         dest = Path(args.git)
         if dest.exists() and any(dest.iterdir()):
-            raise VendorError(f"{dest}: exists and is not empty; choose a new directory")
+            raise VendorError(
+                f"{dest}: exists and is not empty; choose a new directory"
+            )
         _extract_pinned(root, dest, args.sdist)
         materialize_git(root, dest)
-        print(f"git work tree at {dest}: upstream + {len(load_series(root))} unit commits")
+        print(
+            f"git work tree at {dest}: upstream + {len(load_series(root))} unit commits"
+        )
         print(f"edit, commit into the unit's commit, then: tools/vendor export {dest}")
         return 0
     dest = Path(args.dest) if args.dest else vendored_dir(root)
@@ -43,7 +47,9 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     names = export(args.root, Path(args.dir))
-    print(f"exported {len(names)} units to {patches_dir(args.root)}: {', '.join(names)}")
+    print(
+        f"exported {len(names)} units to {patches_dir(args.root)}: {', '.join(names)}"
+    )
     return 0
 
 
@@ -53,7 +59,9 @@ def _diff_trees(a: Path, b: Path) -> list[str]:
 
     def walk(cmp: filecmp.dircmp, prefix: str) -> None:
         out.extend(prefix + n for n in cmp.left_only + cmp.right_only + cmp.funny_files)
-        _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
+        _, mismatch, errors = filecmp.cmpfiles(
+            cmp.left, cmp.right, cmp.common_files, shallow=False
+        )
         out.extend(prefix + n for n in mismatch + errors)
         for name, sub in cmp.subdirs.items():
             walk(sub, f"{prefix}{name}/")
@@ -106,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("materialize", help="upstream + units as a tree or git history")
     m.add_argument("dest", nargs="?", help="target directory (default: .vendored)")
     m.add_argument("--git", metavar="DIR", help="a git work tree, one commit per unit")
-    m.add_argument("--sdist", type=Path, help="use this sdist file (hash still checked)")
+    m.add_argument(
+        "--sdist", type=Path, help="use this sdist file (hash still checked)"
+    )
     m.set_defaults(func=cmd_materialize)
 
     e = sub.add_parser("export", help="rewrite upstream_patches/ from a git work tree")
@@ -114,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_export)
 
     c = sub.add_parser("check", help="prove the series applies and round-trips")
-    c.add_argument("--sdist", type=Path, help="use this sdist file (hash still checked)")
+    c.add_argument(
+        "--sdist", type=Path, help="use this sdist file (hash still checked)"
+    )
     c.set_defaults(func=cmd_check)
     return parser
 

@@ -37,7 +37,11 @@ def git(tree: Path, *args: str, check: bool = True) -> str:
     env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = _FIXED_DATE
     proc = subprocess.run(
         ["git", "-c", "core.quotepath=off", "-c", "commit.gpgsign=false", *args],
-        cwd=tree, env=env, capture_output=True, text=True, check=False,
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if check and proc.returncode != 0:
         raise VendorError(f"git {' '.join(args)} failed in {tree}:\n{proc.stderr}")
@@ -94,8 +98,11 @@ def unit_diff(tree: Path, sha: str) -> tuple[dict[str, bytes], str]:
         kind, path = line.split("\t", 1)
         if kind == "A":
             blob = subprocess.run(
-                ["git", "show", f"{sha}:{path}"], cwd=tree, env=git_env(tree),
-                capture_output=True, check=True,
+                ["git", "show", f"{sha}:{path}"],
+                cwd=tree,
+                env=git_env(tree),
+                capture_output=True,
+                check=True,
             ).stdout
             added[path] = blob
         else:
@@ -103,9 +110,18 @@ def unit_diff(tree: Path, sha: str) -> tuple[dict[str, bytes], str]:
     patch = ""
     if changed:
         patch = git(
-            tree, "diff", "--no-color", "--no-ext-diff", "--no-renames",
-            "--full-index", "--src-prefix=a/", "--dst-prefix=b/",
-            f"{sha}^", sha, "--", *changed,
+            tree,
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-renames",
+            "--full-index",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
+            f"{sha}^",
+            sha,
+            "--",
+            *changed,
         )
     return added, patch
 

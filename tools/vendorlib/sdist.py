@@ -45,7 +45,7 @@ def _download(name: str, version: str, filename: str, dest: Path) -> str:
         page, headers={"Accept": "application/vnd.pypi.simple.v1+json"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=60) as resp:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=60) as resp:
             meta = json.load(resp)
     except (OSError, ValueError) as err:
         raise VendorError(
@@ -59,7 +59,7 @@ def _download(name: str, version: str, filename: str, dest: Path) -> str:
     url = urllib.parse.urljoin(page, urls[0])
     print(f"[speculators-kimi] downloading {url}", file=sys.stderr)
     tmp = dest.with_suffix(".part")
-    with urllib.request.urlopen(url, timeout=300) as resp, tmp.open("wb") as out:  # noqa: S310
+    with urllib.request.urlopen(url, timeout=300) as resp, tmp.open("wb") as out:
         shutil.copyfileobj(resp, out)
     tmp.replace(dest)
     return url
@@ -74,7 +74,7 @@ def verify(path: Path, expected: str, origin: str) -> None:
             f"  expected {expected} (upstream_patches/UPSTREAM.toml)\n"
             f"  got      {got}\n"
             "This is not the pinned upstream release; nothing was built or installed. "
-            f"Fix: point {SDIST_ENV} at the genuine sdist (or unset it to download it), "
+            f"Fix: point {SDIST_ENV} at the genuine sdist (or unset it to download), "
             "delete a corrupted cached copy, or move the pin with "
             "`tools/vendor rebase --to <version>`."
         )

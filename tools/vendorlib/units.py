@@ -74,7 +74,9 @@ def explain_apply_failure(unit: Unit, stderr: str) -> str:
             )
         else:
             lines.append(f"  file {file}, at upstream line {old}")
-    missing = re.findall(r"error: (\S+): (?:No such file or directory|does not exist)", stderr)
+    missing = re.findall(
+        r"error: (\S+): (?:No such file or directory|does not exist)", stderr
+    )
     lines.extend(f"  file {f}: not in the upstream tree" for f in missing)
     lines.append("git apply said:\n    " + "\n    ".join(stderr.strip().splitlines()))
     lines.append(
@@ -104,11 +106,17 @@ def apply_unit(unit: Unit, tree: Path) -> list[str]:
         cmd = ["git", "apply", "--whitespace=nowarn", str(unit.patch.resolve())]
         try:
             proc = subprocess.run(
-                cmd, cwd=tree, env=git_env(tree), capture_output=True, text=True,
+                cmd,
+                cwd=tree,
+                env=git_env(tree),
+                capture_output=True,
+                text=True,
                 check=False,
             )
         except FileNotFoundError as err:
-            raise VendorError("`git` is needed to apply the patch units; install git") from err
+            raise VendorError(
+                "`git` is needed to apply the patch units; install git"
+            ) from err
         if proc.returncode != 0:
             raise VendorError(explain_apply_failure(unit, proc.stderr))
         touched.extend(h.file for h in parse_hunks(unit.patch.read_text()))
