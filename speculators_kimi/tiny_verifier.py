@@ -32,16 +32,19 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import save_file
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, decoders
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = [
     "TinyVerifierSpec",
@@ -61,7 +64,17 @@ SPECIAL_TOKENS: tuple[str, ...] = (
     "<|user|>",
     "<|assistant|>",
     "<|end|>",
+    "<mask>",
 )
+
+#: Roles of the special tokens, passed to the HF tokenizer wrapper.
+SPECIAL_TOKEN_ROLES: dict[str, str] = {
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+    "pad_token": "<pad>",
+    "mask_token": "<mask>",
+}
 
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -81,7 +94,7 @@ class TinyVerifierSpec:
     num_layers: int = 8
     num_heads: int = 4
     num_kv_heads: int = 2
-    num_words: int = 249
+    num_words: int = 248
     num_samples: int = 32
     min_turn_words: int = 6
     max_turn_words: int = 24
@@ -123,14 +136,13 @@ def build_tokenizer(spec: TinyVerifierSpec) -> PreTrainedTokenizerFast:
     """A whitespace word-level tokenizer over ``w0 .. w{num_words-1}``."""
     words = [f"w{i}" for i in range(spec.num_words)]
     vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *words])}
-    backend = Tokenizer(WordLevel(vocab=vocab, unk_token="<unk>"))
+    unk = SPECIAL_TOKEN_ROLES["unk_token"]
+    backend = Tokenizer(WordLevel(vocab=vocab, unk_token=unk))
     backend.pre_tokenizer = WhitespaceSplit()
+    backend.decoder = decoders.WordPiece(prefix="##", cleanup=False)
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        pad_token="<pad>",
+        **SPECIAL_TOKEN_ROLES,
         chat_template=CHAT_TEMPLATE,
         model_max_length=4096,
     )
@@ -152,7 +164,6 @@ def build_verifier(spec: TinyVerifierSpec, out_dir: Path) -> Path:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.convert_tokens_to_ids("<|end|>"),
         pad_token_id=tokenizer.pad_token_id,
-        torch_dtype="float32",
     )
     model = LlamaForCausalLM(config).eval()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -171,7 +182,9 @@ def _synthetic_conversations(spec: TinyVerifierSpec) -> list[list[dict[str, str]
     convs = []
     for _ in range(spec.num_samples):
         n = int(
-            torch.randint(spec.min_turn_words, spec.max_turn_words + 1, (1,), generator=gen)
+            torch.randint(
+                spec.min_turn_words, spec.max_turn_words + 1, (1,), generator=gen
+            )
         )
         user = torch.randint(0, spec.num_words, (n,), generator=gen).tolist()
         reply = [(w + 7) % spec.num_words for w in user]
@@ -200,7 +213,9 @@ def _tokenize_with_mask(
     return full_ids, mask
 
 
-def _prepare_data(verifier_dir: Path, jsonl: Path, data_dir: Path, seq_len: int) -> None:
+def _prepare_data(
+    verifier_dir: Path, jsonl: Path, data_dir: Path, seq_len: int
+) -> None:
     """Run ``speculators prepare-data`` offline on a pre-tokenized JSONL file."""
     cmd = [
         sys.executable,
@@ -336,8 +351,6 @@ def train_command(
         "0",
         "--on-missing",
         "raise",
-        "--hidden-states-dtype",
-        "float32",
         "--save-path",
         str(save_dir / "checkpoints"),
         "--log-dir",

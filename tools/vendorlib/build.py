@@ -42,11 +42,28 @@ def materialize(
             touched = apply_unit(unit, tree)
             if not quiet:
                 _log(f"applied {unit.name} ({len(touched)} files)")
+        _park_upstream_metadata(tree)
         (tree / STAMP).write_text(inputs_digest(root) + "\n")
         if dest.exists():
             shutil.rmtree(dest)
         tree.rename(dest)
     return dest
+
+
+UPSTREAM_METADATA = "upstream-metadata"
+
+
+def _park_upstream_metadata(tree: Path) -> None:
+    """Move the sdist's `src/*.egg-info` out of the import path.
+
+    Left in `src/`, it would make upstream's own `speculators` distribution appear
+    installed wherever the tree is importable (the upstream-conflict check, and
+    `importlib.metadata` answering for a distribution that is not there).
+    """
+    for info in tree.glob("src/*.egg-info"):
+        dest = tree / UPSTREAM_METADATA / info.name
+        dest.parent.mkdir(exist_ok=True)
+        info.rename(dest)
 
 
 def vendored_dir(root: Path) -> Path:
@@ -93,7 +110,8 @@ def upstream_requirements(tree: Path, pin: Pin) -> Requirements:
 
 def upstream_console_scripts(tree: Path) -> list[str]:
     """Upstream's console scripts (``name = module:attr``) from its egg-info."""
-    found = list(tree.glob("src/*.egg-info/entry_points.txt"))
+    found = list(tree.glob(f"{UPSTREAM_METADATA}/*.egg-info/entry_points.txt"))
+    found += list(tree.glob("src/*.egg-info/entry_points.txt"))
     if not found:
         return []
     parser = configparser.ConfigParser()

@@ -27,3 +27,11 @@ def test_falls_back_to_distribution_metadata(monkeypatch):
             speculators_version()
     else:
         assert speculators_version() == expected
+
+
+def test_config_serializes_with_versions():
+    from speculators.models import Eagle3SpeculatorConfig  # noqa: PLC0415
+
+    data = Eagle3SpeculatorConfig().to_dict()
+    assert data["speculators_version"] == speculators.version.version
+    assert data["transformers_version"] == importlib.metadata.version("transformers")

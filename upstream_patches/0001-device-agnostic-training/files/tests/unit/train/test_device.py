@@ -1,0 +1,212 @@
+"""Tests for device selection and device-aware training defaults."""
+
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from speculators.train import distributed
+from speculators.train.config import TrainConfig
+from speculators.train.device import (
+    CPU_ATTN_IMPLS,
+    CPU_LOSS_IMPLS,
+    get_distributed_backend,
+    get_training_device,
+    has_accelerator,
+    memory_allocated_mb,
+    resolve_device_defaults,
+    set_training_device,
+    synchronize,
+)
+from speculators.train.recovery import BatchRecoveryCoordinator
+from speculators.train.trainer import _StepTimer
+from speculators.utils.util import get_current_device
+
+cpu_only = pytest.mark.skipif(
+    torch.accelerator.is_available(), reason="exercises the CPU fallback"
+)
+accelerator_only = pytest.mark.skipif(
+    not torch.accelerator.is_available(), reason="requires an accelerator"
+)
+
+REQUIRED_ARGS = ["--verifier-name-or-path", "verifier", "--data-path", "data"]
+
+
+def _resolve(*args: str) -> TrainConfig:
+    return TrainConfig.resolve([*REQUIRED_ARGS, *args])
+
+
+@pytest.fixture(autouse=True)
+def _no_triton_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
+# ---------------------------------------------------------------------------
+# Device selection
+# ---------------------------------------------------------------------------
+
+
+@cpu_only
+def test_training_device_is_cpu_without_accelerator():
+    assert not has_accelerator()
+    assert get_training_device() == torch.device("cpu")
+    assert get_training_device(local_rank=1) == torch.device("cpu")
+    assert set_training_device(0) == torch.device("cpu")
+    assert get_current_device() == "cpu"
+
+
+@accelerator_only
+def test_training_device_is_local_rank_accelerator(monkeypatch):
+    acc = torch.accelerator.current_accelerator()
+    assert acc is not None
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert get_training_device() == torch.device(acc.type, 0)
+    assert set_training_device(0) == torch.device(acc.type, 0)
+    assert get_current_device() == f"{acc.type}:0"
+
+
+def test_distributed_backend_per_device():
+    assert get_distributed_backend(torch.device("cpu")) == "gloo"
+    assert get_distributed_backend(torch.device("cuda", 0)) == "nccl"
+
+
+@cpu_only
+def test_sync_and_memory_stats_are_noops_on_cpu():
+    synchronize()
+    assert memory_allocated_mb() is None
+
+
+@cpu_only
+def test_step_timer_profiles_on_cpu():
+    timer = _StepTimer(enabled=True)
+    timer.mark_value("start", timer.now() or 0.0)
+    for name in ("queue", "pre_h2d", "fetch", "fwd", "pre_clip", "bwd", "opt"):
+        timer.mark(name)
+    profile = timer.profile(num_tokens=16)
+    assert profile is not None
+    assert profile["step_ms"] >= 0
+    assert "memory_mb" not in profile
+
+
+def test_recovery_default_device_matches_training_device():
+    assert BatchRecoveryCoordinator._default_device() == get_training_device()
+
+
+# ---------------------------------------------------------------------------
+# Device-aware config defaults
+# ---------------------------------------------------------------------------
+
+
+@cpu_only
+def test_cpu_defaults_replace_accelerator_only_choices():
+    cfg = _resolve()
+    assert cfg.draft.draft_attn_impl == "sdpa"
+    assert cfg.loss.loss_implementation == "eager"
+    # The resolved value must not look user-chosen in the recorded provenance.
+    assert cfg.provenance["draft_attn_impl"] == "default"
+
+
+@accelerator_only
+def test_accelerator_defaults_unchanged():
+    cfg = _resolve()
+    assert cfg.draft.draft_attn_impl == "simple_flex_attention"
+    assert cfg.loss.loss_implementation == "fused"
+
+
+@cpu_only
+@pytest.mark.parametrize("attn", CPU_ATTN_IMPLS)
+@pytest.mark.parametrize("loss", CPU_LOSS_IMPLS)
+def test_cpu_keeps_explicit_supported_choices(attn, loss):
+    cfg = _resolve("--draft-attn-impl", attn, "--loss-implementation", loss)
+    assert cfg.draft.draft_attn_impl == attn
+    assert cfg.loss.loss_implementation == loss
+
+
+@cpu_only
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--draft-attn-impl", "simple_flex_attention"],
+            "--draft-attn-impl simple_flex_attention cannot train on CPU",
+        ),
+        (["--loss-implementation", "fused"], "--loss-implementation fused"),
+    ],
+    ids=["flex-attention", "fused-loss"],
+)
+def test_cpu_rejects_explicit_accelerator_only_choices(capsys, args, message):
+    with pytest.raises(SystemExit) as exc_info:
+        _resolve(*args)
+    assert exc_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "sdpa" in err or "eager" in err
+
+
+@cpu_only
+def test_cpu_rejects_accelerator_only_choice_from_yaml(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text("train:\n  draft:\n    draft_attn_impl: simple_flex_attention\n")
+    with pytest.raises(SystemExit):
+        _resolve("--config", str(config))
+    assert "use one of: sdpa, eager" in capsys.readouterr().err
+
+
+@cpu_only
+def test_cpu_allows_fused_loss_under_triton_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert _resolve("--loss-implementation", "fused").loss.loss_implementation == (
+        "fused"
+    )
+    # Never picked by default: the interpreter is slow.
+    assert _resolve().loss.loss_implementation == "eager"
+
+
+@cpu_only
+def test_cpu_leaves_mtp_attention_alone():
+    cfg = _resolve("--speculator-type", "mtp")
+    assert cfg.draft.draft_attn_impl == "simple_flex_attention"
+    assert cfg.loss.loss_implementation == "eager"
+
+
+@cpu_only
+def test_cpu_defaults_for_config_built_without_provenance():
+    cfg = TrainConfig.from_flat({"loss_implementation": "eager"})
+    resolve_device_defaults(cfg)
+    assert cfg.draft.draft_attn_impl == "sdpa"
+
+    explicit = TrainConfig.from_flat({"draft_attn_impl": "simple_flex_attention"})
+    with pytest.raises(ValueError, match="cannot train on CPU"):
+        resolve_device_defaults(explicit)
+
+
+# ---------------------------------------------------------------------------
+# Distributed setup
+# ---------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@cpu_only
+def test_distributed_setup_uses_gloo_on_cpu(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    distributed.maybe_setup_distributed()
+    try:
+        assert distributed.is_distributed()
+        assert dist.get_backend() == "gloo"
+        assert distributed.get_dp_size() == 1
+        tensor = torch.ones(2)
+        dist.all_reduce(tensor)
+        assert tensor.tolist() == [1.0, 1.0]
+    finally:
+        distributed.maybe_destroy_distributed()
+    assert not dist.is_initialized()
