@@ -1,4 +1,4 @@
-"""`tools/vendor`: materialize, check and export the patch series."""
+"""`tools/vendor`: materialize, check, export, rebase, status and pr for the series."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from .build import materialize, vendored_dir
 from .errors import VendorError
 from .gitwork import export, materialize_git
+from .lint import FAIL, MISSING, lint, unit_py_files
 from .pin import load_pin, load_series, patches_dir
 from .sdist import extract, obtain
 from .units import apply_unit
@@ -87,6 +88,16 @@ def cmd_check(args: argparse.Namespace) -> int:
             if not (unit.path / "PR.md").is_file():
                 problems.append(f"{unit.name}: no PR.md")
             print(f"  {unit.name}: applies ({len(touched)} files)")
+        pristine = _extract_pinned(root, Path(tmp) / "pristine", args.sdist)
+        for result in lint(tree, unit_py_files(units), pristine):
+            print(f"  upstream lint, {result.tool}: {result.status}")
+            if result.status == FAIL:
+                problems.append(
+                    f"upstream's {result.tool} (its pyproject.toml settings) on the "
+                    f"units' files:\n{result.output.rstrip()}"
+                )
+            elif result.status == MISSING:
+                print(f"  {result.output}", file=sys.stderr)
         gtree = _extract_pinned(root, Path(tmp) / "git", args.sdist)
         materialize_git(root, gtree)
         copy = Path(tmp) / "roundtrip"
@@ -104,6 +115,40 @@ def cmd_check(args: argparse.Namespace) -> int:
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def cmd_rebase(args: argparse.Namespace) -> int:
+    from .rebase import rebase
+
+    return rebase(
+        args.root,
+        args.to,
+        sdist=args.sdist,
+        sha256=args.sha256,
+        work=Path(args.work) if args.work else None,
+        run_tests=not args.no_tests,
+    )
+
+
+def cmd_pr(args: argparse.Namespace) -> int:
+    from .pr import build_bundle
+
+    return build_bundle(
+        args.root,
+        args.unit,
+        out=Path(args.out) if args.out else None,
+        upstream_git=Path(args.upstream_git) if args.upstream_git else None,
+        sdist=args.sdist,
+        mypy=not args.no_mypy,
+    )
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .status import status
+
+    return status(
+        args.root, Path(args.upstream_git) if args.upstream_git else None, args.sdist
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +173,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--sdist", type=Path, help="use this sdist file (hash still checked)"
     )
     c.set_defaults(func=cmd_check)
+
+    r = sub.add_parser("rebase", help="move the pin to a new release, replaying units")
+    r.add_argument("--to", required=True, metavar="VERSION", help="the new release")
+    r.add_argument("--sdist", type=Path, help="the new release's sdist file")
+    r.add_argument("--sha256", help="its expected sha256 (refused on mismatch)")
+    r.add_argument("--work", help="work tree (default build/rebase-VERSION)")
+    r.add_argument("--no-tests", action="store_true", help="skip pytest tests/unit")
+    r.set_defaults(func=cmd_rebase)
+
+    p = sub.add_parser("pr", help="an upstream-ready PR bundle for one unit")
+    p.add_argument("unit", help="unit name (a line of series)")
+    p.add_argument("--upstream-git", metavar="DIR", help="base on this clone's HEAD")
+    p.add_argument("--out", metavar="DIR", help="bundle folder (build/pr/UNIT)")
+    p.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
+    p.add_argument("--no-mypy", action="store_true", help="skip mypy in LINT.txt")
+    p.set_defaults(func=cmd_pr)
+
+    st = sub.add_parser("status", help="per unit: size, applies to pin / upstream tip")
+    st.add_argument(
+        "--upstream-git", metavar="DIR", help="also check this clone's HEAD"
+    )
+    st.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
+    st.set_defaults(func=cmd_status)
     return parser
 
 

@@ -1,0 +1,253 @@
+"""`tools/vendor rebase`: synthetic next releases built from the pinned sdist."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import sys
+import tarfile
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, run
+
+sys.path.insert(0, str(ROOT / "tools"))
+from vendorlib.pin import Unit, load_series
+from vendorlib.units import apply_unit, parse_hunks
+
+NEW = "0.9.1"
+
+
+def make_release(
+    pinned: Path, dest: Path, edit: Callable[[Path], None], version: str = NEW
+) -> tuple[Path, str]:
+    """The pinned sdist, edited by ``edit(tree)``, re-tarred as ``version``."""
+    work = dest / "release-src"
+    with tarfile.open(pinned) as tf:
+        tf.extractall(work, filter="data")
+    (old_top,) = work.iterdir()
+    old = re.sub(r"^speculators-", "", old_top.name)
+    edit(old_top)
+    for rel in ("PKG-INFO", "src/speculators.egg-info/PKG-INFO"):
+        p = old_top / rel
+        if p.is_file():
+            p.write_text(
+                p.read_text().replace(f"Version: {old}", f"Version: {version}")
+            )
+    ver = old_top / "src/speculators/version.py"
+    if ver.is_file():
+        ver.write_text(ver.read_text().replace(old, version))
+    top = old_top.rename(work / f"speculators-{version}")
+    out = dest / f"speculators-{version}.tar.gz"
+    with tarfile.open(out, "w:gz") as tf:
+        tf.add(top, arcname=top.name)
+    shutil.rmtree(work)
+    return out, hashlib.sha256(out.read_bytes()).hexdigest()
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(directory).as_posix(): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def vendor(project: Path, *args: str, check: bool = True):
+    return run([sys.executable, str(project / "tools" / "vendor"), *args], check=check)
+
+
+def rebase(project: Path, sdist: Path, sha: str, work: Path, *extra: str):
+    return vendor(
+        project,
+        "rebase",
+        "--to",
+        NEW,
+        "--sdist",
+        str(sdist),
+        "--sha256",
+        sha,
+        "--work",
+        str(work),
+        *extra,
+        check=False,
+    )
+
+
+def status_of(out: str, unit: str) -> str:
+    m = re.search(rf"^  {re.escape(unit)}: (.+)$", out, re.M)
+    assert m, f"no result for {unit} in:\n{out}"
+    return m[1]
+
+
+def unit_with_patch(project: Path) -> Unit:
+    units = [u for u in load_series(project) if u.patch.is_file()]
+    if not units:
+        pytest.skip("the series has no unit with a changes.patch")
+    return units[0]
+
+
+def untouched_file(project: Path, tree_names: list[str]) -> str:
+    touched = set()
+    for u in load_series(project):
+        touched |= {p.as_posix() for p in u.new_files()}
+        if u.patch.is_file():
+            touched |= {h.file for h in parse_hunks(u.patch.read_text())}
+    return next(n for n in tree_names if n not in touched)
+
+
+def test_unrelated_change_applies_and_moves_the_pin(
+    project_copy, tmp_path, upstream_sdist
+):
+    """The success path: applied, pin + CHANGELOG updated, tests ran and passed."""
+    readme = untouched_file(project_copy, ["README.md", "setup.py", "MANIFEST.in"])
+
+    def edit(tree: Path) -> None:
+        (tree / readme).write_text((tree / readme).read_text() + "\nNew release.\n")
+
+    sdist, sha = make_release(upstream_sdist, tmp_path, edit)
+    before = snapshot(project_copy / "upstream_patches")
+    units = [u.name for u in load_series(project_copy)]
+    proc = rebase(project_copy, sdist, sha, tmp_path / "work")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in units:
+        assert status_of(proc.stdout, name) == "applied"
+    assert "unit tests (pytest tests/unit on the rebased tree): passed" in proc.stdout
+    pin_text = (project_copy / "upstream_patches/UPSTREAM.toml").read_text()
+    pin = tomllib.loads(pin_text)
+    assert pin["upstream"]["version"] == NEW
+    assert pin["upstream"]["sha256"] == sha
+    assert pin["upstream"]["sdist"] == sdist.name
+    assert pin["dependencies"]["drop"]  # the table and its comments are kept
+    assert "# Upstream Requires-Dist entries we do not pass on" in pin_text
+    changelog = (project_copy / "CHANGELOG.md").read_text()
+    unreleased = changelog.split("## [Unreleased]", 1)[1]
+    assert f"- Rebased onto speculators {NEW} (from 0.9.0)" in unreleased
+    assert "passed" in unreleased.split("Rebased onto", 1)[1].split("\n- ")[0]
+    # Unchanged units export byte for byte; only the pin moved.
+    after = snapshot(project_copy / "upstream_patches")
+    assert {k for k in after if before[k] != after[k]} == {"UPSTREAM.toml"}
+    # The next build vendors the new release (its PKG-INFO, hence its Requires-Dist).
+    tree = tmp_path / "tree"
+    vendor(project_copy, "materialize", str(tree), "--sdist", str(sdist))
+    assert f"Version: {NEW}" in (tree / "PKG-INFO").read_text()
+
+
+def test_shifted_context_is_applied_with_offsets(
+    project_copy, tmp_path, upstream_sdist
+):
+    unit = unit_with_patch(project_copy)
+    first_hunk = parse_hunks(unit.patch.read_text())[0]
+    file = first_hunk.file
+
+    def edit(tree: Path) -> None:
+        p = tree / file
+        p.write_text("# one\n# two\n# three\n" + p.read_text())
+
+    sdist, sha = make_release(upstream_sdist, tmp_path, edit)
+    proc = rebase(project_copy, sdist, sha, tmp_path / "work", "--no-tests")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert status_of(proc.stdout, unit.name) == "applied with offsets/fuzz"
+    assert "(offset 3 lines)" in proc.stdout
+    assert "not run (--no-tests)" in (project_copy / "CHANGELOG.md").read_text()
+    # The refreshed patch has the new line numbers: it applies without offsets.
+    patch = (
+        project_copy / "upstream_patches" / unit.name / "changes.patch"
+    ).read_text()
+    assert parse_hunks(patch)[0].old_start == first_hunk.old_start + 3
+
+
+def test_change_already_upstream_is_dropped(project_copy, tmp_path, upstream_sdist):
+    first = load_series(project_copy)[0]
+
+    def edit(tree: Path) -> None:
+        apply_unit(first, tree)
+
+    sdist, sha = make_release(upstream_sdist, tmp_path, edit)
+    proc = rebase(project_copy, sdist, sha, tmp_path / "work", "--no-tests")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert status_of(proc.stdout, first.name) == "already upstream"
+    series = (project_copy / "upstream_patches/series").read_text().split()
+    assert first.name not in series
+    assert not (project_copy / "upstream_patches" / first.name).exists()
+    assert (
+        "already upstream (dropped from the series)"
+        in (project_copy / "CHANGELOG.md").read_text()
+    )
+
+
+def test_conflict_stops_and_changes_nothing(project_copy, tmp_path, upstream_sdist):
+    unit = unit_with_patch(project_copy)
+    text = unit.patch.read_text()
+    hunk = parse_hunks(text)[0]
+    body = []
+    for line in text.split(hunk.header + "\n", 1)[1].splitlines():
+        if line.startswith(("@@", "diff --git")):
+            break
+        body.append(line)
+    # The first line the unit removes (or the context line before its first add).
+    idx = next(
+        (i for i, ln in enumerate(body) if ln.startswith("-")),
+        next(i for i, ln in enumerate(body) if ln.startswith("+")) - 1,
+    )
+    target = body[idx][1:]
+    assert target.strip(), "pick a non-empty line"
+
+    def edit(tree: Path) -> None:
+        p = tree / hunk.file
+        src = p.read_text()
+        assert target + "\n" in src
+        p.write_text(src.replace(target + "\n", target + "  # changed upstream\n", 1))
+
+    sdist, sha = make_release(upstream_sdist, tmp_path, edit)
+    before = snapshot(project_copy / "upstream_patches")
+    changelog = (project_copy / "CHANGELOG.md").read_bytes()
+    work = tmp_path / "work"
+    proc = rebase(project_copy, sdist, sha, work)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert status_of(proc.stdout, unit.name) == "conflict"
+    assert f"file {hunk.file}: both modified" in proc.stdout
+    assert "unit hunk 1 of" in proc.stdout and hunk.header in proc.stdout
+    assert "conflict markers at lines" in proc.stdout
+    assert snapshot(project_copy / "upstream_patches") == before
+    assert (project_copy / "CHANGELOG.md").read_bytes() == changelog
+    assert "<<<<<<<" in (work / hunk.file).read_text()
+
+
+def test_release_adding_the_units_new_file_is_a_conflict(
+    project_copy, tmp_path, upstream_sdist
+):
+    unit = next((u for u in load_series(project_copy) if u.new_files()), None)
+    if unit is None:
+        pytest.skip("no unit adds a file")
+    rel = unit.new_files()[0].as_posix()
+
+    def edit(tree: Path) -> None:
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text('"""Upstream\'s own version of this file."""\n')
+
+    sdist, sha = make_release(upstream_sdist, tmp_path, edit)
+    before = snapshot(project_copy / "upstream_patches")
+    work = tmp_path / "work"
+    proc = rebase(project_copy, sdist, sha, work, "--no-tests")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert status_of(proc.stdout, unit.name) == "conflict"
+    assert f"file {rel}: added by the unit and by the new release" in proc.stdout
+    content = (work / rel).read_text()
+    assert "<<<<<<<" in content and "Upstream's own version" in content
+    assert snapshot(project_copy / "upstream_patches") == before
+
+
+def test_hash_mismatch_is_refused(project_copy, tmp_path, upstream_sdist):
+    sdist, sha = make_release(upstream_sdist, tmp_path, lambda tree: None)
+    before = snapshot(project_copy)
+    work = tmp_path / "work"
+    proc = rebase(project_copy, sdist, "0" * 64, work)
+    assert proc.returncode == 2
+    assert "sha256 mismatch" in proc.stderr and "Refused" in proc.stderr
+    assert sha in proc.stderr
+    assert snapshot(project_copy) == before
+    assert not work.exists()

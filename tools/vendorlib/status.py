@@ -1,0 +1,148 @@
+"""`tools/vendor status`: per unit, its size and whether it applies (pin, tip)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import VendorError
+from .pin import Unit, load_pin, load_series
+from .sdist import extract, obtain
+from .units import apply_unit, git_env
+
+
+@dataclass
+class UnitStats:
+    added: int  # + lines in changes.patch (upstream files)
+    removed: int  # - lines in changes.patch
+    new_files: int
+    new_lines: int
+
+
+def unit_stats(unit: Unit) -> UnitStats:
+    added = removed = 0
+    if unit.patch.is_file():
+        for line in unit.patch.read_text().splitlines():
+            if line.startswith("+") and not line.startswith("+++"):
+                added += 1
+            elif line.startswith("-") and not line.startswith("---"):
+                removed += 1
+    files = unit.new_files()
+    lines = 0
+    for rel in files:
+        with contextlib.suppress(UnicodeDecodeError):
+            lines += len((unit.files_dir / rel).read_text().splitlines())
+    return UnitStats(added, removed, len(files), lines)
+
+
+def check_unit(unit: Unit, tree: Path) -> str | None:
+    """Why ``unit`` does not apply to ``tree`` (None: it does); ``tree`` unchanged."""
+    clash = [r.as_posix() for r in unit.new_files() if (tree / r).exists()]
+    if clash:
+        return f"files/ adds existing {', '.join(clash)}"
+    if unit.patch.is_file() and unit.patch.stat().st_size:
+        proc = subprocess.run(
+            ["git", "apply", "--check", str(unit.patch.resolve())],
+            cwd=tree,
+            env=git_env(tree),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            first = (proc.stderr.strip().splitlines() or ["git apply failed"])[0]
+            return first.removeprefix("error: ")
+    return None
+
+
+def applies(units: list[Unit], tree: Path) -> dict[str, tuple[bool, bool, str]]:
+    """Per unit: (applies alone, applies after the earlier units, reason if not)."""
+    out: dict[str, tuple[bool, bool, str]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        seq = Path(tmp) / "seq"
+        shutil.copytree(tree, seq, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        for unit in units:
+            alone = check_unit(unit, tree)
+            in_order = check_unit(unit, seq)
+            if in_order is None:
+                apply_unit(unit, seq)
+            out[unit.name] = (alone is None, in_order is None, in_order or alone or "")
+    return out
+
+
+def upstream_tip(repo: Path, dest: Path) -> str:
+    """Write the tree of HEAD of the git clone ``repo`` to ``dest``; return its sha."""
+    if not (repo / ".git").exists() and not (repo / "HEAD").is_file():
+        raise VendorError(f"--upstream-git {repo}: not a git repository")
+    env = git_env(repo)
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dest.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", "HEAD"],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    except subprocess.CalledProcessError as err:
+        raise VendorError(f"--upstream-git {repo}: cannot read HEAD: {err}") from err
+    return sha
+
+
+def _yes(alone: bool, in_order: bool) -> str:
+    if in_order and alone:
+        return "yes"
+    if in_order:
+        return "yes (needs earlier units)"
+    return "NO"
+
+
+def status(root: Path, upstream_git: Path | None, sdist: Path | None) -> int:
+    pin = load_pin(root)
+    units = load_series(root)
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = extract(
+            obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist),
+            Path(tmp) / "pin",
+        )
+        at_pin = applies(units, tree)
+        at_tip: dict[str, tuple[bool, bool, str]] = {}
+        tip = ""
+        if upstream_git is not None:
+            tip = upstream_tip(upstream_git, Path(tmp) / "tip")
+            at_tip = applies(units, Path(tmp) / "tip")
+    print(
+        f"pin: {pin.name} {pin.version}" + (f"; upstream tip {tip[:12]}" if tip else "")
+    )
+    header = f"{'unit':40} {'upstream +/-':>13} {'new files':>9} {'lines':>6}  pin"
+    print(header + ("  tip" if tip else ""))
+    bad = False
+    for unit in units:
+        s = unit_stats(unit)
+        alone, in_order, why = at_pin[unit.name]
+        row = (
+            f"{unit.name:40} {f'+{s.added}/-{s.removed}':>13} {s.new_files:>9} "
+            f"{s.new_lines:>6}  {_yes(alone, in_order)}"
+        )
+        bad |= not in_order
+        if tip:
+            t_alone, t_in_order, t_why = at_tip[unit.name]
+            row += f"  {_yes(t_alone, t_in_order)}"
+            why = why or t_why
+        print(row)
+        if why and not (in_order and (not tip or at_tip[unit.name][1])):
+            print(f"    {why}")
+    return 1 if bad else 0
