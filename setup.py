@@ -57,7 +57,10 @@ def main() -> None:
             "console_scripts": [
                 *scripts,
                 "speculators-kimi = speculators_kimi.cli:main",
-            ]
+            ],
+            "speculators.attention_backends": [
+                "triton = speculators_kimi.kernels.backend:TritonBackend",
+            ],
         },
         license_files=[
             "LICENSE",

@@ -1,0 +1,140 @@
+"""The ``triton`` draft attention backend: our fused EAGLE-3 TTT attention kernels.
+
+Registered with upstream's draft attention backend registry through the
+``speculators.attention_backends`` entry point group (see ``setup.py``), so
+``--draft-attn-impl triton`` selects it. Unlike the built-in backends it never
+materializes a mask: its "mask" is the packed sequence's document ids, their
+per-token document bounds and the sliding window, computed once per batch. The TTT
+step needs no mask extension, since the kernels read it off the key length
+(``k`` holds steps ``0..t`` concatenated, as the draft model's ``DynamicCache``
+does).
+
+Importing this module imports neither Triton nor the kernels; they are imported at
+the first mask build / attention call.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from speculators.models.attention_backends import DraftAttentionBackend
+
+__all__ = ["TritonBackend", "TritonDraftMask", "triton_attention_forward"]
+
+
+@dataclass(frozen=True)
+class TritonDraftMask:
+    """What the ``triton`` kernels need to mask one packed sequence.
+
+    :param document_ids: ``[N]`` int document id per position, ``-1`` for padding.
+    :param bounds: ``document_bounds(document_ids)``, computed once per batch.
+    :param sliding_window: Sliding window size in tokens, or ``None`` for full
+        attention.
+    """
+
+    document_ids: torch.Tensor
+    bounds: tuple[torch.Tensor, torch.Tensor]
+    sliding_window: int | None
+
+
+def triton_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: TritonDraftMask,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **_kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Transformers-style attention function backed by ``draft_attention``.
+
+    :param module: The attention module (unused).
+    :param query: ``[B, Hq, N, d]`` queries of the current TTT step.
+    :param key: ``[B, Hkv, (t+1)N, d]`` keys of steps ``0..t``.
+    :param value: ``[B, Hkv, (t+1)N, d]`` values, same layout.
+    :param attention_mask: The :class:`TritonDraftMask` built by
+        :meth:`TritonBackend.build_mask`.
+    :param scaling: Softmax scale; ``1/sqrt(d)`` when ``None``.
+    :param dropout: Attention dropout; must be 0 (the kernels have none).
+    :returns: ``([B, N, Hq, d] attention output, None)``.
+    """
+    del module
+    if not isinstance(attention_mask, TritonDraftMask):
+        raise TypeError(
+            "The 'triton' draft attention backend needs the mask built by "
+            f"TritonBackend.build_mask, got {type(attention_mask).__name__}."
+        )
+    if dropout:
+        raise ValueError(
+            f"The 'triton' draft attention backend has no dropout (got {dropout})."
+        )
+    from speculators_kimi.kernels import draft_attention
+
+    out = draft_attention(
+        query,
+        key,
+        value,
+        attention_mask.document_ids,
+        scale=scaling,
+        sliding_window=attention_mask.sliding_window,
+        bounds=attention_mask.bounds,
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+class TritonBackend(DraftAttentionBackend):
+    """Fused Triton kernels; trains on CUDA, or on CPU in the Triton interpreter."""
+
+    name = "triton"
+    supports_cpu = False
+    attention_function = staticmethod(triton_attention_forward)
+
+    def supports_device(self, device: torch.device | str) -> bool:
+        """CUDA always; CPU only under the Triton interpreter (``TRITON_INTERPRET=1``).
+
+        :param device: The device the draft model trains on.
+        :returns: Whether the kernels can run there.
+        """
+        device_type = torch.device(device).type
+        if device_type == "cuda":
+            return True
+        return device_type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+
+    def build_mask(
+        self,
+        document_ids: torch.Tensor,
+        seq_len: int,
+        device: torch.device | str,
+        sliding_window: int | None = None,
+    ) -> TritonDraftMask:
+        """Document ids, their bounds and the window; computed once per batch.
+
+        :param document_ids: ``[seq_len]`` document id per position, ``-1`` for
+            padding.
+        :param seq_len: Number of positions in the packed sequence.
+        :param device: Device the kernels run on.
+        :param sliding_window: Optional sliding window size, in tokens.
+        :returns: The mask for every TTT step.
+        """
+        from speculators_kimi.kernels import document_bounds
+
+        if document_ids.shape != (seq_len,):
+            raise ValueError(
+                f"document_ids must be [{seq_len}], got {tuple(document_ids.shape)}"
+            )
+        doc = document_ids.to(device=device, dtype=torch.int32).contiguous()
+        return TritonDraftMask(doc, document_bounds(doc), sliding_window)
+
+    def extend_mask(self, mask: TritonDraftMask, seq_len: int) -> TritonDraftMask:
+        """No-op: the kernels take the TTT step count from the key length.
+
+        :param mask: The mask of the step just taken.
+        :param seq_len: Number of positions in the packed sequence (unused).
+        :returns: ``mask`` unchanged.
+        """
+        del seq_len
+        return mask

@@ -1,0 +1,186 @@
+"""The ``triton`` draft attention backend through the whole Eagle3 draft model.
+
+Loss and every parameter gradient of one training step over 3 TTT steps must match
+the ``sdpa`` backend (Triton interpreter on CPU; ``tests/kernels/conftest.py`` sets
+``TRITON_INTERPRET=1``). Skipped until both the kernels
+(``speculators_kimi.kernels.draft_attention``) and the pluggable draft attention
+unit (``speculators.models.attention_backends``) are importable.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+
+def _importable(module: str, attr: str) -> bool:
+    try:
+        return hasattr(importlib.import_module(module), attr)
+    except ImportError:
+        return False
+
+
+pytestmark = [
+    pytest.mark.skipif(
+        not _importable("speculators_kimi.kernels", "draft_attention"),
+        reason="speculators_kimi.kernels.draft_attention is not there yet",
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("speculators.models.attention_backends") is None,
+        reason="the vendored speculators lacks the pluggable draft attention unit",
+    ),
+]
+
+SEQ_LEN = 64
+VOCAB = 96
+HIDDEN = 32
+TTT_STEPS = 3
+# Sliding window of the second draft layer: smaller than every document, so the
+# windowed and full layers attend to different keys.
+WINDOW = 5
+# fp32 throughout; the kernels' online softmax sums in a different order than sdpa.
+LOSS_TOL = {"rtol": 1e-5, "atol": 1e-5}
+GRAD_TOL = {"rtol": 1e-4, "atol": 1e-5}
+
+
+@pytest.fixture
+def triton_backend(monkeypatch):
+    """The ``triton`` backend, from its entry point or registered for this test."""
+    from speculators.models import attention_backends
+    from transformers.modeling_utils import AttentionInterface
+
+    from speculators_kimi.kernels.backend import TritonBackend
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # Whatever a test registers is undone afterwards.
+    monkeypatch.setattr(
+        attention_backends, "_BACKENDS", dict(attention_backends._BACKENDS)
+    )
+    monkeypatch.setattr(
+        AttentionInterface, "_global_mapping", dict(AttentionInterface._global_mapping)
+    )
+    try:
+        backend = attention_backends.get_backend("triton")
+    except ValueError:  # the entry point is not installed
+        backend = attention_backends.register_backend(TritonBackend)
+    assert isinstance(backend, TritonBackend)
+    return backend
+
+
+def _document_ids() -> torch.Tensor:
+    # Three documents of uneven lengths, then padding.
+    return torch.tensor([0] * 19 + [1] * 23 + [2] * 14 + [-1] * 8)
+
+
+def _tiny_eagle3(attn_impl: str):
+    from speculators.config import SpeculatorsConfig, VerifierConfig
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+    from transformers import Qwen3Config
+
+    torch.manual_seed(0)
+    layer_config = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        layer_types=["full_attention", "sliding_attention"],
+        use_sliding_window=True,
+        sliding_window=WINDOW,
+    )
+    layer_config._attn_implementation = attn_impl
+    config = Eagle3SpeculatorConfig(
+        transformer_layer_config=layer_config,
+        draft_vocab_size=VOCAB,
+        norm_before_residual=False,
+        eagle_aux_hidden_state_layer_ids=[0, 1, 2],
+        speculators_config=SpeculatorsConfig(
+            algorithm="eagle3",
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=TTT_STEPS)],
+            default_proposal_method="greedy",
+            verifier=VerifierConfig(
+                name_or_path=None, architectures=["Qwen3ForCausalLM"]
+            ),
+        ),
+    )
+    model = Eagle3DraftModel(config)
+    # Verifier-owned weights start as NaN until loaded; give them values.
+    for weight in (
+        model.embed_tokens.weight,
+        model.lm_head.weight,
+        model.verifier_lm_head.weight,
+    ):
+        torch.nn.init.normal_(weight, std=0.5)
+    return model
+
+
+def _train_step(attn_impl: str) -> dict[str, torch.Tensor]:
+    """Loss and every parameter gradient of one step over ``TTT_STEPS`` steps."""
+    from speculators.losses import resolve_loss_config
+
+    model = _tiny_eagle3(attn_impl)
+    gen = torch.Generator().manual_seed(1)
+    document_ids = _document_ids().unsqueeze(0)
+    _, loss, _ = model(
+        hidden_states=torch.randn(1, SEQ_LEN, 3 * HIDDEN, generator=gen),
+        input_ids=torch.randint(0, VOCAB, (1, SEQ_LEN), generator=gen),
+        document_ids=document_ids,
+        loss_mask=document_ids != -1,
+        verifier_last_hidden_states=torch.randn(1, SEQ_LEN, HIDDEN, generator=gen),
+        ttt_steps=TTT_STEPS,
+        loss_config=resolve_loss_config("kl_div", "eager"),
+    )
+    loss.backward()
+    grads = {
+        name: param.grad
+        for name, param in model.named_parameters()
+        if param.requires_grad
+    }
+    assert all(grad is not None for grad in grads.values()), "missing gradients"
+    return {"loss": loss.detach(), **grads}
+
+
+def test_eagle3_train_step_matches_sdpa(triton_backend):
+    want = _train_step("sdpa")
+    got = _train_step("triton")
+    assert got.keys() == want.keys()
+    # fc, both layers' attention and MLP weights, norms: every trainable parameter.
+    assert len(got) > 20
+    torch.testing.assert_close(got.pop("loss"), want.pop("loss"), **LOSS_TOL)
+    for name, grad in got.items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(grad, want[name], **GRAD_TOL, msg=name)
+
+
+def test_mask_is_built_once_and_not_extended(triton_backend):
+    mask = triton_backend.build_mask(_document_ids(), SEQ_LEN, "cpu", WINDOW)
+    assert mask.sliding_window == WINDOW
+    assert mask.document_ids.dtype == torch.int32
+    assert triton_backend.extend_mask(mask, SEQ_LEN) is mask
+    with pytest.raises(ValueError, match="document_ids must be"):
+        triton_backend.build_mask(_document_ids(), SEQ_LEN + 1, "cpu")
+
+
+def test_supports_device(triton_backend, monkeypatch):
+    from speculators.train.device import cpu_attn_impls
+
+    assert triton_backend.supports_device("cuda")
+    assert triton_backend.supports_device(torch.device("cuda", 1))
+    assert triton_backend.supports_device("cpu")
+    assert "triton" in cpu_attn_impls()
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert not triton_backend.supports_device("cpu")
+    assert "triton" not in cpu_attn_impls()
+    assert not triton_backend.supports_device("meta")
+
+
+def test_custom_mask_mods_are_refused(triton_backend):
+    # e.g. P-EAGLE's masks: the kernels implement only the Eagle3 TTT mask.
+    with pytest.raises(NotImplementedError, match="'triton'"):
+        triton_backend.mask_from_mod(lambda b, h, q, kv: q >= kv, 4, 4, "cpu")

@@ -1,0 +1,340 @@
+"""Triton draft-head TTT attention vs the fp64 dense reference (Triton interpreter)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from speculators_kimi.kernels import (
+    document_bounds,
+    draft_attention,
+    draft_attention_mask,
+    draft_attention_reference,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# per-dtype (output, gradient) max-abs tolerances vs the fp64 reference; inputs are
+# bounded (uniform(-1, 1)), so probabilities and values are O(1).
+TOL = {
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (2e-2, 2e-2),
+    torch.bfloat16: (5e-2, 5e-2),
+}
+
+
+def make_docs(n: int, num_docs: int, pad_tail: int = 0, interior_pad: bool = False):
+    """Packed document ids: ``num_docs`` contiguous documents of uneven lengths,
+    ``pad_tail`` trailing padding tokens (-1) and optionally one interior -1."""
+    body = n - pad_tail
+    ids = torch.full((n,), -1, dtype=torch.long)
+    g = torch.Generator().manual_seed(n * 31 + num_docs)
+    cuts = sorted(torch.randperm(body - 1, generator=g)[: num_docs - 1].add(1).tolist())
+    edges = [0, *cuts, body]
+    for doc, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+        ids[a:b] = doc
+    if interior_pad and body > 4:
+        ids[body // 2] = -1
+    return ids
+
+
+def make_inputs(b, hq, hkv, n, t, d, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def u(*shape):
+        return (torch.rand(*shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype)
+
+    q = u(b, hq, n, d)
+    k = u(b, hkv, (t + 1) * n, d)
+    v = u(b, hkv, (t + 1) * n, d)
+    do = u(b, hq, n, d)
+    return q, k, v, do
+
+
+def check(
+    n,
+    t,
+    hq,
+    hkv,
+    d,
+    window,
+    dtype,
+    num_docs=3,
+    pad_tail=5,
+    interior_pad=True,
+    b=1,
+    docs=None,
+    backward=True,
+):
+    if docs is None:
+        docs = make_docs(n, num_docs, pad_tail, interior_pad)
+    q, k, v, do = make_inputs(b, hq, hkv, n, t, d, dtype, seed=n + 7 * t + d)
+    ins = [x.clone().requires_grad_(backward) for x in (q, k, v)]
+    out = draft_attention(*ins, docs, sliding_window=window)
+    assert out.dtype == dtype and out.shape == q.shape
+    refs = [x.double().requires_grad_(backward) for x in (q, k, v)]
+    ref = draft_attention_reference(*refs, docs, sliding_window=window)
+    tol_o, tol_g = TOL[dtype]
+    torch.testing.assert_close(out.double(), ref, atol=tol_o, rtol=0)
+    if not backward:
+        return
+    out.backward(do)
+    ref.backward(do.double())
+    for name, a, r in zip("qkv", ins, refs, strict=True):
+        assert a.grad is not None and a.grad.dtype == dtype, name
+        torch.testing.assert_close(
+            a.grad.double(),
+            r.grad,
+            atol=tol_g,
+            rtol=0,
+            msg=lambda m, nm=name: f"d{nm}: {m}",
+        )
+
+
+# (N, t, Hq, Hkv, d, window, num_docs)
+FP32_CASES = [
+    (33, 0, 1, 1, 16, None, 1),
+    (33, 2, 2, 1, 32, None, 2),
+    (64, 1, 4, 1, 16, None, 4),
+    (64, 4, 2, 2, 64, 17, 3),
+    (127, 0, 4, 2, 32, 17, 6),
+    (127, 3, 2, 1, 16, None, 5),
+    (200, 2, 4, 4, 16, None, 1),
+    (200, 1, 2, 2, 128, 17, 2),
+    (300, 4, 2, 1, 16, None, 6),
+    (300, 1, 4, 1, 32, 17, 3),
+    (96, 2, 2, 2, 128, None, 3),
+    (70, 1, 2, 1, 256, 17, 2),
+]
+
+
+def _id(case):
+    n, t, hq, hkv, d, w, nd = case
+    return f"N{n}-t{t}-h{hq}x{hkv}-d{d}-w{w}-docs{nd}"
+
+
+@pytest.mark.parametrize("case", FP32_CASES, ids=[_id(c) for c in FP32_CASES])
+def test_fp32_forward_backward(case):
+    n, t, hq, hkv, d, w, nd = case
+    check(n, t, hq, hkv, d, w, torch.float32, num_docs=nd)
+
+
+LOWP_CASES = [
+    (torch.float16, (64, 2, 2, 1, 32, None, 3)),
+    (torch.float16, (127, 1, 4, 2, 64, 17, 4)),
+    (torch.bfloat16, (64, 3, 4, 2, 32, None, 2)),
+    (torch.bfloat16, (200, 1, 2, 1, 16, 17, 5)),
+]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "case"),
+    LOWP_CASES,
+    ids=[f"{str(dt).split('.')[-1]}-{_id(c)}" for dt, c in LOWP_CASES],
+)
+def test_low_precision_forward_backward(dtype, case):
+    n, t, hq, hkv, d, w, nd = case
+    check(n, t, hq, hkv, d, w, dtype, num_docs=nd)
+
+
+@pytest.mark.parametrize(
+    "blocks", [(32, 32), (32, 16), (16, 32)], ids=["m32n32", "m32n16", "m16n32"]
+)
+def test_small_and_unequal_tiles(monkeypatch, blocks):
+    """Many tiles per document, and BLOCK_M != BLOCK_N (as used for d=256 on GPU)."""
+    from speculators_kimi.kernels import forward
+
+    monkeypatch.setattr(forward, "INTERPRETER_BLOCKS", blocks)
+    check(100, 2, 2, 1, 16, None, torch.float32, num_docs=3)
+    check(77, 1, 2, 2, 16, 17, torch.float32, num_docs=2)
+
+
+def test_large_n_2048():
+    """One long case: several tiles per document, two TTT blocks."""
+    check(2048, 1, 1, 1, 16, None, torch.float32, num_docs=8, pad_tail=37)
+
+
+@pytest.mark.parametrize("t", [0, 2], ids=["t0", "t2"])
+def test_no_padding_single_document(t):
+    docs = torch.zeros(100, dtype=torch.long)
+    check(100, t, 2, 1, 16, None, torch.float32, docs=docs)
+
+
+def test_all_padding():
+    docs = torch.full((40,), -1, dtype=torch.long)
+    check(40, 2, 2, 1, 16, None, torch.float32, docs=docs)
+
+
+def test_non_contiguous_document_ids():
+    """Same id in two separate runs: upstream's mask lets them see each other."""
+    docs = torch.tensor([0] * 20 + [1] * 15 + [0] * 25 + [-1] * 3 + [2] * 10)
+    check(docs.numel(), 1, 2, 2, 16, None, torch.float32, docs=docs)
+    check(docs.numel(), 1, 2, 2, 16, 9, torch.float32, docs=docs, backward=False)
+
+
+def test_batch_of_two():
+    check(70, 1, 2, 1, 16, 17, torch.float32, b=2)
+
+
+def test_window_one_and_odd_head_dim():
+    check(50, 1, 2, 1, 16, 1, torch.float32, backward=False)
+    check(50, 1, 2, 1, 24, None, torch.float32)
+
+
+def test_precomputed_bounds_and_scale():
+    n, t = 90, 2
+    docs = make_docs(n, 3, 4, True)
+    q, k, v, _ = make_inputs(1, 2, 1, n, t, 32, torch.float32)
+    out = draft_attention(q, k, v, docs, scale=0.3, bounds=document_bounds(docs))
+    ref = draft_attention_reference(q.double(), k.double(), v.double(), docs, scale=0.3)
+    torch.testing.assert_close(out.double(), ref, atol=1e-4, rtol=0)
+
+
+def test_strided_inputs():
+    """q/k/v as transposed views of [B, L, H, d] projections (as the model has them)."""
+    n, t, hq, hkv, d = 45, 1, 2, 1, 16
+    docs = make_docs(n, 2, 3, False)
+    q, k, v, _ = make_inputs(1, hq, hkv, n, t, d, torch.float32)
+    qs = q.transpose(1, 2).contiguous().transpose(1, 2)
+    ks = k.transpose(1, 2).contiguous().transpose(1, 2)
+    vs = v.transpose(1, 2).contiguous().transpose(1, 2)
+    out = draft_attention(qs, ks, vs, docs)
+    ref = draft_attention_reference(q.double(), k.double(), v.double(), docs)
+    torch.testing.assert_close(out.double(), ref, atol=1e-4, rtol=0)
+
+
+def test_ttt_loop_gradients_accumulate():
+    """A 3-step TTT loop where k/v grow by concatenation, as with the DynamicCache."""
+    n, hq, hkv, d = 48, 2, 1, 16
+    docs = make_docs(n, 2, 3, True)
+    g = torch.Generator().manual_seed(3)
+    ks = [torch.rand(1, hkv, n, d, generator=g) * 2 - 1 for _ in range(3)]
+    vs = [torch.rand(1, hkv, n, d, generator=g) * 2 - 1 for _ in range(3)]
+    qs = [torch.rand(1, hq, n, d, generator=g) * 2 - 1 for _ in range(3)]
+
+    def loop(fn, dtype):
+        leaves = [x.detach().to(dtype).requires_grad_() for x in (*qs, *ks, *vs)]
+        total = 0
+        for step in range(3):
+            k = torch.cat(leaves[3 : 4 + step], dim=2)
+            v = torch.cat(leaves[6 : 7 + step], dim=2)
+            total = total + (fn(leaves[step], k, v, docs) ** 2).sum()
+        total.backward()
+        return [x.grad for x in leaves]
+
+    ours = loop(draft_attention, torch.float32)
+    ref = loop(draft_attention_reference, torch.float64)
+    for a, r in zip(ours, ref, strict=True):
+        torch.testing.assert_close(a.double(), r, atol=2e-4, rtol=0)
+
+
+def test_reference_matches_upstream_dense_mask():
+    """The reference equals sdpa with the mask upstream's sdpa/eager paths build."""
+    pytest.importorskip("speculators")
+    from speculators.models.attention import create_float_mask
+    from speculators.models.eagle3.attention import (
+        create_combined_mask_mod,
+        extend_dense_mask_for_draft_tokens,
+    )
+
+    n, t, hq, hkv, d = 77, 2, 4, 2, 16
+    docs = make_docs(n, 3, 6, True)
+    q, k, v, _ = make_inputs(1, hq, hkv, n, t, d, torch.float64)
+    for window in (None, 17):
+        mask_mod = create_combined_mask_mod(docs, n, sliding_window=window)
+        float_mask = create_float_mask(
+            mask_mod, None, None, n, n, device="cpu", dtype=torch.float64
+        )
+        for _ in range(t):
+            float_mask = extend_dense_mask_for_draft_tokens(float_mask, n)
+        bool_mask = float_mask[0, 0] == 0
+        assert torch.equal(bool_mask, draft_attention_mask(docs, t + 1, window))
+        g = hq // hkv
+        kk, vv = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+        upstream = torch.nn.functional.scaled_dot_product_attention(
+            q, kk, vv, attn_mask=float_mask
+        )
+        ref = draft_attention_reference(q, k, v, docs, sliding_window=window)
+        torch.testing.assert_close(ref, upstream, atol=1e-12, rtol=0)
+
+
+def test_document_bounds():
+    docs = torch.tensor([0, 0, 0, 1, 1, -1, 2, -1, -1, 0])
+    starts, ends = document_bounds(docs)
+    assert starts.dtype == torch.int32 and ends.dtype == torch.int32
+    assert starts.tolist() == [0, 0, 0, 3, 3, 5, 6, 7, 8, 0]
+    assert ends.tolist() == [10, 10, 10, 5, 5, 6, 7, 8, 9, 10]
+
+
+def test_cpu_without_interpreter_names_working_backends(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q, k, v, _ = make_inputs(1, 1, 1, 8, 0, 16, torch.float32)
+    with pytest.raises(RuntimeError, match="sdpa.*eager"):
+        draft_attention(q, k, v, torch.zeros(8, dtype=torch.long))
+
+
+def test_input_validation():
+    q, k, v, _ = make_inputs(1, 3, 2, 8, 0, 16, torch.float32)
+    with pytest.raises(ValueError, match="multiple of Hkv"):
+        draft_attention(q, k, v, torch.zeros(8, dtype=torch.long))
+    q, k, v, _ = make_inputs(1, 2, 1, 8, 1, 16, torch.float32)
+    with pytest.raises(ValueError, match="document_ids"):
+        draft_attention(q, k, v, torch.zeros(9, dtype=torch.long))
+    with pytest.raises(ValueError, match="multiple of N"):
+        draft_attention(q, k[:, :, :-1], v[:, :, :-1], torch.zeros(8, dtype=torch.long))
+
+
+def test_interpreter_enabled_after_triton_import():
+    """TRITON_INTERPRET set after triton (and the kernels) were imported, as when
+    other tests of the same pytest run import them first."""
+    code = """
+import os
+import torch, triton
+import speculators_kimi.kernels as K
+assert not triton.knobs.runtime.interpret
+os.environ["TRITON_INTERPRET"] = "1"
+q = torch.rand(1, 2, 40, 16, requires_grad=True)
+k = torch.rand(1, 1, 80, 16, requires_grad=True)
+d = torch.zeros(40, dtype=torch.long)
+o = K.draft_attention(q, k, k, d)
+o.sum().backward()
+r = K.draft_attention_reference(q.double(), k.double(), k.double(), d)
+assert (o.double() - r).abs().max() < 1e-5
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_benchmark_quick_smoke(tmp_path):
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "draft_attention.py"), "--quick"]
+        + ["--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    data = json.loads(out.read_text())
+    assert data["device"]
+    assert data["results"]
+    assert any(r["impl"] == "triton" for r in data["results"])

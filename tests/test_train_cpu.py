@@ -1,0 +1,98 @@
+"""The unchanged upstream training commands on CPU: one process and torchrun (gloo)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import run
+from safetensors.torch import load_file
+from speculators.models import Eagle3DraftModel
+
+from speculators_kimi.tiny_verifier import (
+    TinyVerifierSpec,
+    build_dataset,
+    build_verifier,
+    train_command,
+)
+
+BIN = Path(sys.executable).parent
+STEPS = 3
+_LOSS = re.compile(r"train/loss=([-+0-9.e]+|nan|inf)")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[TinyVerifierSpec, Path, Path]:
+    """A tiny Llama verifier and its offline dataset (prepare-data + hidden states)."""
+    out = tmp_path_factory.mktemp("tiny")
+    spec = TinyVerifierSpec()
+    verifier = build_verifier(spec, out / "verifier")
+    data = build_dataset(spec, verifier, out / "data")
+    return spec, verifier, data
+
+
+def check_run(out: str, save: Path) -> list[float]:
+    """Assert a finished 3-step run: finite losses and a reloadable checkpoint."""
+    losses = [float(x) for x in _LOSS.findall(out)]
+    assert len(losses) >= STEPS, f"expected {STEPS} logged steps:\n{out[-3000:]}"
+    assert all(math.isfinite(x) for x in losses), losses
+    ckpt = save / "checkpoints" / "0"
+    state = json.loads((ckpt / "training_state.json").read_text())
+    assert state["global_step"] == STEPS
+    saved = load_file(ckpt / "model.safetensors")
+    model = Eagle3DraftModel.from_pretrained(ckpt)
+    params = model.state_dict()
+    assert saved, "empty checkpoint"
+    for key, tensor in saved.items():
+        assert torch.equal(params[key].to(tensor.dtype), tensor), key
+        assert torch.isfinite(tensor.float()).all(), key
+    return losses
+
+
+def test_speculators_train_on_cpu(tiny, tmp_path):
+    spec, verifier, data = tiny
+    argv = train_command(spec, verifier, data, tmp_path / "run", max_steps=STEPS)
+    proc = run([str(BIN / argv[0]), *argv[1:]], cwd=tmp_path, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert "using draft_attn_impl=sdpa" in out or "draft_attn_impl='sdpa'" in out
+    check_run(out, tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_gloo(tiny, tmp_path):
+    spec, verifier, data = tiny
+    argv = train_command(spec, verifier, data, tmp_path / "run", max_steps=STEPS)
+    cmd = [
+        str(BIN / "torchrun"),
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "0",
+        "-m",
+        "speculators.train",
+        *argv[2:],
+    ]
+    proc = run(cmd, cwd=tmp_path, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert out.count("Destroyed distributed process group") == 2, out[-3000:]
+    assert "backend" not in out or "nccl" not in out.lower()
+    check_run(out, tmp_path / "run")
+
+
+def test_explicit_flex_attention_on_cpu_is_a_clear_error(tiny, tmp_path):
+    spec, verifier, data = tiny
+    argv = train_command(spec, verifier, data, tmp_path / "run", max_steps=STEPS)
+    argv += ["--draft-attn-impl", "simple_flex_attention"]
+    proc = run([str(BIN / argv[0]), *argv[1:]], cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "simple_flex_attention cannot train on CPU" in out
+    assert "sdpa" in out
+    assert not (tmp_path / "run" / "checkpoints" / "0").exists()
+    shutil.rmtree(tmp_path / "run", ignore_errors=True)

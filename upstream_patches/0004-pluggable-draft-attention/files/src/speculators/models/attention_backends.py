@@ -1,0 +1,315 @@
+"""Pluggable attention backends for draft models.
+
+A draft attention backend is selected by name (``--draft-attn-impl``, stored as the
+draft decoder config's ``_attn_implementation``). It owns everything that depends
+on the attention implementation:
+
+* how the attention mask is built from the packed sequence's document ids (and an
+  optional sliding window), see :meth:`DraftAttentionBackend.build_mask`;
+* how that mask grows by one block of keys per test-time-training (TTT) step, see
+  :meth:`DraftAttentionBackend.extend_mask`;
+* the transformers-style attention function the decoder layers call, registered in
+  transformers' ``AttentionInterface`` under the backend's name;
+* which devices it can train on, see :meth:`DraftAttentionBackend.supports_device`.
+
+The built-in backends are ``simple_flex_attention``, ``sdpa`` and ``eager``. Other
+packages add backends through the ``speculators.attention_backends`` entry point
+group; each entry point is named after its backend and resolves to a
+:class:`DraftAttentionBackend` subclass or instance, e.g. in ``pyproject.toml``::
+
+    [project.entry-points."speculators.attention_backends"]
+    my_backend = "my_package.attention:MyBackend"
+
+Entry points are loaded lazily: on the first lookup of a name that is not already
+registered, or when all available backends are listed.
+"""
+
+import warnings
+from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, ClassVar
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, create_mask
+from transformers.modeling_utils import AttentionInterface
+
+from speculators.models.attention import create_float_mask, flex_attention_forward
+from speculators.models.eagle3.attention import (
+    create_combined_mask_mod,
+    extend_dense_mask_for_draft_tokens,
+    extend_mask_for_draft_tokens,
+)
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "DraftAttentionBackend",
+    "EagerBackend",
+    "SdpaBackend",
+    "SimpleFlexAttentionBackend",
+    "available_backends",
+    "cpu_backends",
+    "get_backend",
+    "register_backend",
+]
+
+#: Entry point group through which other distributions contribute backends.
+ENTRY_POINT_GROUP = "speculators.attention_backends"
+
+
+class DraftAttentionBackend:
+    """Base class for a named draft attention backend.
+
+    Subclasses set :attr:`name`, implement :meth:`mask_from_mod` (or override
+    :meth:`build_mask` when the backend does not work from ``mask_mod`` functions)
+    and :meth:`extend_mask`, and either provide :attr:`attention_function` or name
+    an attention implementation transformers already provides.
+
+    The mask object is opaque to the model: whatever :meth:`build_mask` returns is
+    passed to :meth:`extend_mask` and, as ``attention_mask``, to
+    :attr:`attention_function`.
+    """
+
+    #: Registry name; also the ``_attn_implementation`` the draft layers dispatch on.
+    name: ClassVar[str]
+    #: Whether the backend can train (forward and backward) on CPU.
+    supports_cpu: ClassVar[bool] = False
+    #: Transformers-style attention function, called as
+    #: ``fn(module, query, key, value, attention_mask, scaling=..., **kwargs)`` and
+    #: returning ``(attn_output [B, N, H, d], attn_weights | None)``. ``None`` means
+    #: transformers already provides an implementation under :attr:`name`.
+    attention_function: ClassVar[Callable[..., Any] | None] = None
+
+    def supports_device(self, device: torch.device | str) -> bool:
+        """Whether the backend can train on ``device``.
+
+        :param device: The device the draft model trains on.
+        :returns: ``True`` for accelerators, and for CPU when :attr:`supports_cpu`.
+        """
+        return torch.device(device).type != "cpu" or self.supports_cpu
+
+    def mask_from_mod(
+        self,
+        mask_mod: Callable,
+        q_len: int,
+        kv_len: int,
+        device: torch.device | str,
+    ) -> Any:
+        """Materialize a flex-attention style ``mask_mod`` into this backend's mask.
+
+        :param mask_mod: ``mask_mod(b, h, q_idx, kv_idx) -> bool`` function.
+        :param q_len: Number of query positions.
+        :param kv_len: Number of key/value positions.
+        :param device: Device the mask is created on.
+        :returns: The backend's mask object.
+        :raises NotImplementedError: If the backend cannot express arbitrary masks.
+        """
+        raise NotImplementedError(
+            f"Draft attention backend '{self.name}' does not support custom "
+            "mask_mod functions."
+        )
+
+    def build_mask(
+        self,
+        document_ids: torch.Tensor,
+        seq_len: int,
+        device: torch.device | str,
+        sliding_window: int | None = None,
+    ) -> Any:
+        """Build the first TTT step's mask for a packed sequence.
+
+        A query attends causally to keys of its own document (within
+        ``sliding_window`` when given) and always to itself; padding queries
+        (document id ``-1``) attend only to themselves.
+
+        :param document_ids: ``[seq_len]`` document id per position, ``-1`` for
+            padding.
+        :param seq_len: Number of positions in the packed sequence.
+        :param device: Device the mask is created on.
+        :param sliding_window: Optional sliding window size, in tokens.
+        :returns: The backend's mask object, covering ``seq_len`` keys.
+        """
+        mask_mod = create_combined_mask_mod(
+            document_ids, seq_len, sliding_window=sliding_window
+        )
+        return self.mask_from_mod(mask_mod, seq_len, seq_len, device)
+
+    def extend_mask(self, mask: Any, seq_len: int) -> Any:
+        """Extend a mask for the next TTT step.
+
+        Each TTT step appends ``seq_len`` keys (the draft tokens of the step just
+        taken) of which query ``i`` attends only to the ``i``-th.
+
+        :param mask: The mask used by the step just taken.
+        :param seq_len: Number of positions in the packed sequence.
+        :returns: The mask for the next step.
+        """
+        raise NotImplementedError
+
+
+class SimpleFlexAttentionBackend(DraftAttentionBackend):
+    """``flex_attention`` with a ``BlockMask``; the default on accelerators."""
+
+    name = "simple_flex_attention"
+    # flex_attention has no CPU backward.
+    supports_cpu = False
+    attention_function = staticmethod(flex_attention_forward)
+
+    def mask_from_mod(self, mask_mod, q_len, kv_len, device):
+        return create_block_mask(
+            mask_mod, B=None, H=None, Q_LEN=q_len, KV_LEN=kv_len, device=device
+        )
+
+    def extend_mask(self, mask, seq_len):  # noqa: ARG002
+        return extend_mask_for_draft_tokens(mask)
+
+
+class SdpaBackend(DraftAttentionBackend):
+    """Transformers' ``sdpa`` attention with a dense boolean mask."""
+
+    name = "sdpa"
+    supports_cpu = True
+
+    def mask_from_mod(self, mask_mod, q_len, kv_len, device):
+        return create_mask(
+            mask_mod, B=None, H=None, Q_LEN=q_len, KV_LEN=kv_len, device=device
+        )
+
+    def extend_mask(self, mask, seq_len):
+        return extend_dense_mask_for_draft_tokens(mask, seq_len)
+
+
+class EagerBackend(SdpaBackend):
+    """Transformers' ``eager`` attention with a dense additive (0 / -inf) mask."""
+
+    name = "eager"
+
+    def mask_from_mod(self, mask_mod, q_len, kv_len, device):
+        return create_float_mask(
+            mask_mod, B=None, H=None, Q_LEN=q_len, KV_LEN=kv_len, device=device
+        )
+
+
+_BACKENDS: dict[str, DraftAttentionBackend] = {}
+_BUILTIN_NAMES: frozenset[str] = frozenset()
+# Entry point names already tried, so a broken one warns once.
+_TRIED_ENTRY_POINTS: set[str] = set()
+
+
+def register_backend(
+    backend: DraftAttentionBackend | type[DraftAttentionBackend],
+    *,
+    override: bool = False,
+) -> DraftAttentionBackend:
+    """Register a backend under its :attr:`~DraftAttentionBackend.name`.
+
+    Its :attr:`~DraftAttentionBackend.attention_function`, if any, is registered in
+    transformers' ``AttentionInterface`` under the same name.
+
+    :param backend: A backend instance, or a class to instantiate without arguments.
+    :param override: Replace an already registered backend of the same name.
+    :returns: The registered backend instance.
+    :raises TypeError: If ``backend`` is not a :class:`DraftAttentionBackend`.
+    :raises ValueError: If the name is missing, or taken and ``override`` is False.
+    """
+    if isinstance(backend, type) and issubclass(backend, DraftAttentionBackend):
+        backend = backend()
+    if not isinstance(backend, DraftAttentionBackend):
+        raise TypeError(
+            f"Expected a DraftAttentionBackend subclass or instance, got {backend!r}."
+        )
+    name = getattr(backend, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"Draft attention backend {backend!r} has no name.")
+    if name in _BACKENDS and not override:
+        raise ValueError(f"Draft attention backend '{name}' is already registered.")
+    if backend.attention_function is not None:
+        AttentionInterface.register(name, backend.attention_function)
+    _BACKENDS[name] = backend
+    return backend
+
+
+def _load_entry_point(entry_point: EntryPoint) -> None:
+    """Load and register one entry point, warning (not raising) when it is broken."""
+    _TRIED_ENTRY_POINTS.add(entry_point.name)
+    if entry_point.name in _BACKENDS:
+        warnings.warn(
+            f"Ignoring entry point '{entry_point.name} = {entry_point.value}' in "
+            f"group '{ENTRY_POINT_GROUP}': a draft attention backend named "
+            f"'{entry_point.name}' is already registered.",
+            stacklevel=3,
+        )
+        return
+    try:
+        loaded = entry_point.load()
+        backend = loaded() if isinstance(loaded, type) else loaded
+        if not isinstance(backend, DraftAttentionBackend):
+            raise TypeError(f"resolves to {loaded!r}, not a DraftAttentionBackend")
+        if backend.name != entry_point.name:
+            raise ValueError(
+                f"the backend is named '{backend.name}', not '{entry_point.name}'"
+            )
+        register_backend(backend)
+    except Exception as exc:  # noqa: BLE001
+        warnings.warn(
+            f"Could not load draft attention backend entry point "
+            f"'{entry_point.name} = {entry_point.value}' "
+            f"(group '{ENTRY_POINT_GROUP}'): {exc}",
+            stacklevel=3,
+        )
+
+
+def _load_entry_points(name: str | None = None) -> None:
+    """Load the not yet tried entry points, all of them or only those named ``name``."""
+    found = (
+        entry_points(group=ENTRY_POINT_GROUP)
+        if name is None
+        else entry_points(group=ENTRY_POINT_GROUP, name=name)
+    )
+    for entry_point in sorted(found, key=lambda ep: ep.name):
+        if entry_point.name not in _TRIED_ENTRY_POINTS:
+            _load_entry_point(entry_point)
+
+
+def available_backends() -> list[str]:
+    """Names of all draft attention backends, including those from entry points.
+
+    :returns: The built-in backends, then the others sorted by name.
+    """
+    _load_entry_points()
+    builtins = [name for name in _BACKENDS if name in _BUILTIN_NAMES]
+    return builtins + sorted(name for name in _BACKENDS if name not in builtins)
+
+
+def get_backend(name: str) -> DraftAttentionBackend:
+    """Look up a draft attention backend by name.
+
+    :param name: The backend's name, e.g. ``"sdpa"``.
+    :returns: The registered backend instance.
+    :raises ValueError: If no backend of that name is registered or installed.
+    """
+    if name not in _BACKENDS:
+        _load_entry_points(name)
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown draft attention backend '{name}'. Available: "
+            f"{', '.join(available_backends())}."
+        ) from None
+
+
+def cpu_backends() -> list[str]:
+    """Names of the available backends that can train on CPU.
+
+    :returns: Backend names, in :func:`available_backends` order.
+    """
+    return [
+        name
+        for name in available_backends()
+        if get_backend(name).supports_device("cpu")
+    ]
+
+
+for _builtin in (SimpleFlexAttentionBackend, SdpaBackend, EagerBackend):
+    register_backend(_builtin)
+_BUILTIN_NAMES = frozenset(_BACKENDS)
