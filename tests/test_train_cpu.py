@@ -6,6 +6,7 @@ import json
 import math
 import re
 import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -37,6 +38,13 @@ def tiny(tmp_path_factory) -> tuple[TinyVerifierSpec, Path, Path]:
     return spec, verifier, data
 
 
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for torchrun's rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def check_run(out: str, save: Path) -> list[float]:
     """Assert a finished 3-step run: finite losses and a reloadable checkpoint."""
     losses = [float(x) for x in _LOSS.findall(out)]
@@ -58,7 +66,7 @@ def check_run(out: str, save: Path) -> list[float]:
 def test_speculators_train_on_cpu(tiny, tmp_path):
     spec, verifier, data = tiny
     argv = train_command(spec, verifier, data, tmp_path / "run", max_steps=STEPS)
-    proc = run([str(BIN / argv[0]), *argv[1:]], cwd=tmp_path, timeout=900)
+    proc = run([str(BIN / argv[0]), *argv[1:]], cwd=tmp_path, timeout=600)
     out = proc.stdout + proc.stderr
     assert "using draft_attn_impl=sdpa" in out or "draft_attn_impl='sdpa'" in out
     check_run(out, tmp_path / "run")
@@ -72,13 +80,15 @@ def test_torchrun_two_processes_gloo(tiny, tmp_path):
         str(BIN / "torchrun"),
         "--nproc_per_node",
         "2",
+        "--master_addr",
+        "127.0.0.1",
         "--master_port",
-        "0",
+        str(free_port()),
         "-m",
         "speculators.train",
         *argv[2:],
     ]
-    proc = run(cmd, cwd=tmp_path, timeout=900)
+    proc = run(cmd, cwd=tmp_path, timeout=600)
     out = proc.stdout + proc.stderr
     assert out.count("Destroyed distributed process group") == 2, out[-3000:]
     assert "backend" not in out or "nccl" not in out.lower()
