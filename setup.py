@@ -40,8 +40,11 @@ def main() -> None:
         scripts = upstream_console_scripts(tree)
     except VendorError as err:
         sys.exit(f"\nspeculators-kimi build failed:\n{err}\n")
-    # A stale build/lib would leak files a unit removed into the wheel.
+    # A stale build/lib would leak files a unit removed into the wheel, and a stale
+    # egg-info in the project root would shadow the installed entry points for code
+    # run from here (importlib.metadata also scans the current directory).
     shutil.rmtree(ROOT / "build" / "lib", ignore_errors=True)
+    shutil.rmtree(ROOT / "speculators_kimi.egg-info", ignore_errors=True)
     src = tree.relative_to(ROOT) / "src"
     upstream_pkgs = find_packages(
         str(ROOT / src), include=["speculators", "speculators.*"]
