@@ -1,4 +1,4 @@
-"""`speculators-kimi`: our command line (version; more subcommands join later)."""
+"""`speculators-kimi`: our command line (version, doctor)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print our version, the upstream pin and the applied patch units",
     )
-    parser.add_subparsers(dest="command")
+    commands = parser.add_subparsers(dest="command")
+    doctor_parser = commands.add_parser(
+        "doctor",
+        help="check a verifier checkpoint before training (reads no tensors)",
+        description="Report the text config, the verifier weights training would "
+        "load, the draft config and memory estimate, and every problem with its "
+        "fix. Exits 1 when there is a problem.",
+    )
+    from .doctor import add_arguments
+
+    add_arguments(doctor_parser)
     return parser
 
 
@@ -37,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.version:
         print(version_text())
         return 0
+    if args.command == "doctor":
+        from .doctor import run
+
+        return run(args)
     parser.print_help(sys.stderr)
     return 2
 

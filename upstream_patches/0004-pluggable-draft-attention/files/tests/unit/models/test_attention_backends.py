@@ -292,7 +292,10 @@ def test_entry_point_backend_found():
 def test_broken_entry_point_warns_without_breaking_others():
     with pytest.warns(UserWarning, match="'broken = mytest_backend_missing:Nothing'"):
         names = available_backends()
-    assert names == [*BUILTINS, "mytest"]
+    # Built-ins first; other installed backends may follow alongside ours.
+    assert names[: len(BUILTINS)] == list(BUILTINS)
+    assert "mytest" in names
+    assert "broken" not in names
     assert "mytest" in cpu_attn_impls()
     with pytest.raises(ValueError, match="Unknown draft attention backend 'broken'"):
         get_backend("broken")
@@ -313,7 +316,8 @@ def test_train_config_accepts_entry_point_backend(capsys):
     )
     assert cfg.draft.draft_attn_impl == "mytest"
     help_text = build_parser().format_help()
-    assert "{simple_flex_attention,sdpa,eager,mytest}" in help_text
+    assert "--draft-attn-impl {simple_flex_attention,sdpa,eager," in help_text
+    assert "mytest" in help_text
     with pytest.raises(SystemExit):
         TrainConfig.resolve(
             ["--verifier-name-or-path", "v", "--data-path", "d"]

@@ -1,0 +1,389 @@
+"""`speculators-kimi doctor <verifier>`: check a verifier before training on it.
+
+Reads only ``config.json``, the weight map and safetensors headers (no tensor
+data, no checkpoint code unless ``--trust-remote-code``) and reports what
+training would use: the resolved text config and where it was found, the decoder
+prefix and the exact embedding / head / final-norm keys with shapes, dtypes and
+shards, whether the head is tied, any quantization, the default EAGLE-3 target
+layer ids, the draft config training would build, an estimate of training
+memory, and every problem with its fix. Exits non-zero when there is a problem.
+
+The logic lives in the patched ``speculators`` package (units 0003 and 0005):
+``speculators.utils.text_config`` and ``speculators.utils.verifier_weights``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DRAFT_VOCAB = 32000
+DEFAULT_SEQ_LEN = 8192
+DEFAULT_TTT_STEPS = 3
+FP32 = 4
+ADAM_STATE_BYTES = 8
+
+
+@dataclass
+class Problem:
+    """Something that stops training (or makes it wrong), and how to fix it."""
+
+    what: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"problem": self.what, "fix": self.fix}
+
+
+@dataclass
+class Report:
+    verifier: str
+    text_config: dict[str, Any] | None = None
+    weights: dict[str, Any] | None = None
+    quantization: list[str] = field(default_factory=list)
+    target_layer_ids: list[int] | None = None
+    draft_config: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verifier": self.verifier,
+            "ok": self.ok,
+            "text_config": self.text_config,
+            "weights": self.weights,
+            "quantization": self.quantization,
+            "target_layer_ids": self.target_layer_ids,
+            "draft_config": self.draft_config,
+            "estimated_memory": self.memory,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+def _find_path(node: Any, target: Any, prefix: str = "") -> str | None:
+    """Dotted path of ``target`` (by identity) inside a nested config dict."""
+    if node is target:
+        return prefix or "(top level)"
+    if isinstance(node, dict):
+        for key, child in node.items():
+            found = _find_path(child, target, f"{prefix}.{key}" if prefix else key)
+            if found is not None:
+                return found
+    return None
+
+
+TEXT_FIELDS = (
+    "model_type",
+    "hidden_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "tie_word_embeddings",
+    "kv_lora_rank",
+    "v_head_dim",
+    "num_nextn_predict_layers",
+)
+DRAFT_FIELDS = (
+    "model_type",
+    "hidden_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "hidden_act",
+    "rms_norm_eps",
+    "max_position_embeddings",
+)
+
+
+def _text_config_section(verifier: str, trust_remote_code: bool, report: Report) -> Any:
+    from speculators.utils.text_config import (
+        load_config_dict,
+        load_text_config,
+        text_config_dict,
+        ties_word_embeddings,
+    )
+
+    config_dict = load_config_dict(verifier)
+    text_dict = text_config_dict(config_dict)
+    text_config = load_text_config(verifier, trust_remote_code=trust_remote_code)
+    section = {name: getattr(text_config, name, None) for name in TEXT_FIELDS}
+    section["found_at"] = _find_path(config_dict, text_dict)
+    section["config_file"] = str(
+        Path(verifier) / "config.json" if Path(verifier).is_dir() else verifier
+    )
+    section["tie_word_embeddings"] = ties_word_embeddings(config_dict)
+    report.text_config = section
+    for where, node in (("text config", text_dict), ("config", config_dict)):
+        quant = node.get("quantization_config") if isinstance(node, dict) else None
+        if quant:
+            method = quant.get("quant_method", "?")
+            fmt = quant.get("format") or quant.get("fmt") or ""
+            report.quantization.append(f"{where}: {method} {fmt}".strip())
+    return text_config
+
+
+def _weights_section(verifier: str, text_config: Any, report: Report, args) -> Any:
+    from speculators.utils.verifier_weights import (
+        resolve_verifier_weights,
+    )
+
+    spec = resolve_verifier_weights(
+        verifier,
+        text_config=text_config,
+        prefix=args.verifier_weight_prefix,
+        embed_key=args.verifier_embed_key,
+        head_key=args.verifier_head_key,
+        norm_key=args.verifier_norm_key,
+    )
+    report.weights = spec.to_dict()
+    if spec.quantization:
+        report.quantization.append(f"output head: {spec.quantization}")
+    return spec
+
+
+def _draft_section(verifier: str, args, report: Report) -> Any:
+    from speculators.models.utils import resolve_target_layer_ids
+    from speculators.train.cli import (
+        create_transformer_layer_config,
+    )
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            report.target_layer_ids = resolve_target_layer_ids(
+                None, verifier, trust_remote_code=args.trust_remote_code
+            )
+        except ValueError as err:
+            report.problems.append(
+                Problem(str(err), "Pass --target-layer-ids to training explicitly.")
+            )
+        draft = create_transformer_layer_config(
+            verifier_name_or_path=verifier,
+            num_layers=args.num_layers,
+            draft_arch="llama",
+            hidden_act=None,
+            sliding_window=4096,
+            full_attention_indices=list(range(args.num_layers)),
+            trust_remote_code=args.trust_remote_code,
+        )
+    report.draft_config = {name: getattr(draft, name, None) for name in DRAFT_FIELDS}
+    report.draft_config["draft_vocab_size"] = args.draft_vocab_size
+    return draft
+
+
+def estimate_memory(
+    draft: Any,
+    *,
+    draft_vocab: int,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    ttt_steps: int = DEFAULT_TTT_STEPS,
+    num_aux: int = 3,
+) -> dict[str, Any]:
+    """Rough EAGLE-3 training memory (fp32 weights, AdamW), in GiB.
+
+    :param draft: the draft decoder config.
+    :param draft_vocab: the draft vocabulary size.
+    :param seq_len: tokens per step (one packed sequence).
+    :param ttt_steps: test-time-training steps.
+    :param num_aux: auxiliary hidden states fed to the draft.
+    :returns: the parts and the total.
+    """
+    hidden = int(draft.hidden_size)
+    vocab = int(draft.vocab_size)
+    heads = int(draft.num_attention_heads)
+    kv_heads = int(draft.num_key_value_heads)
+    head_dim = int(getattr(draft, "head_dim", None) or hidden // heads)
+    inter = int(draft.intermediate_size)
+    layers = int(draft.num_hidden_layers)
+    attention = (
+        2 * hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
+    )
+    layer = attention + 3 * hidden * inter + 3 * hidden
+    trainable = layers * layer + num_aux * hidden * hidden + hidden
+    frozen = vocab * hidden + 2 * draft_vocab * hidden + hidden
+    gib = 1024**3
+    weights = (trainable + frozen) * FP32
+    optimizer = trainable * (FP32 + ADAM_STATE_BYTES)
+    inputs = seq_len * (num_aux + 1) * hidden * 2
+    logits = ttt_steps * seq_len * draft_vocab * FP32 * 3
+    activations = ttt_steps * layers * seq_len * (12 * hidden + 2 * inter) * FP32
+    total = weights + optimizer + inputs + logits + activations
+    return {
+        "assumptions": (
+            f"fp32 weights + AdamW, seq_len={seq_len}, ttt_steps={ttt_steps}, "
+            f"draft_vocab={draft_vocab}, {layers} draft layer(s); rough"
+        ),
+        "trainable_params": trainable,
+        "frozen_params": frozen,
+        "weights_gib": round(weights / gib, 2),
+        "grads_and_optimizer_gib": round(optimizer / gib, 2),
+        "activations_and_logits_gib": round((inputs + logits + activations) / gib, 2),
+        "total_gib": round(total / gib, 2),
+    }
+
+
+def _problem_for(err: Exception) -> Problem:
+    from speculators.utils.text_config import (
+        AmbiguousTextConfigError,
+    )
+    from speculators.utils.verifier_weights import (
+        VerifierWeightsError,
+    )
+
+    text = str(err)
+    if isinstance(err, AmbiguousTextConfigError):
+        return Problem(text, "Pick the text sub-config (see the candidates above).")
+    if isinstance(err, VerifierWeightsError):
+        fix = (
+            "Follow the message: pass --verifier-weight-prefix / "
+            "--verifier-embed-key / --verifier-head-key / --verifier-norm-key, or "
+            "repair/re-download the checkpoint."
+        )
+        if "packed" in text or "quantized" in text:
+            fix = "Use an unquantized or FP8 block-scaled checkpoint of the model."
+        elif "missing" in text or "Corrupt" in text or "Truncated" in text:
+            fix = "Re-download the checkpoint (a shard is missing or damaged)."
+        return Problem(text, fix)
+    if isinstance(err, FileNotFoundError | OSError):
+        return Problem(
+            f"Cannot read the verifier: {text}",
+            "Check the path / Hub id and that config.json and weights are present.",
+        )
+    return Problem(f"{type(err).__name__}: {text}", "See the message.")
+
+
+def diagnose(verifier: str, args: argparse.Namespace) -> Report:
+    """Run every check; never raises for a bad verifier (problems are reported)."""
+    report = Report(verifier=verifier)
+    try:
+        text_config = _text_config_section(verifier, args.trust_remote_code, report)
+    except Exception as err:
+        report.problems.append(_problem_for(err))
+        return report
+    if args.draft_vocab_size is None:
+        args.draft_vocab_size = min(DEFAULT_DRAFT_VOCAB, int(text_config.vocab_size))
+    try:
+        _weights_section(verifier, text_config, report, args)
+    except Exception as err:
+        report.problems.append(_problem_for(err))
+    try:
+        draft = _draft_section(verifier, args, report)
+        report.memory = estimate_memory(draft, draft_vocab=args.draft_vocab_size)
+        if int(draft.hidden_size) != int(text_config.hidden_size):
+            report.problems.append(
+                Problem(
+                    "Draft hidden_size differs from the verifier's.",
+                    "Use a draft config with the verifier's hidden_size.",
+                )
+            )
+    except Exception as err:
+        report.problems.append(_problem_for(err))
+    if args.draft_vocab_size > int(text_config.vocab_size):
+        report.problems.append(
+            Problem(
+                f"--draft-vocab-size {args.draft_vocab_size} exceeds the verifier "
+                f"vocabulary ({text_config.vocab_size}).",
+                "Choose a draft vocabulary no larger than the verifier's.",
+            )
+        )
+    return report
+
+
+def _shape(info: dict[str, Any] | None) -> str:
+    if not info:
+        return "-"
+    return f"{info['key']}  {info['shape']} {info['dtype']}  [{info['shard']}]"
+
+
+def render(report: Report) -> str:
+    lines = [f"verifier: {report.verifier}"]
+    text = report.text_config
+    if text:
+        lines.append(
+            f"text config: {text['model_type']} at '{text['found_at']}' of "
+            f"{text['config_file']}"
+        )
+        lines.append(
+            "  hidden_size={hidden_size} vocab_size={vocab_size} "
+            "num_hidden_layers={num_hidden_layers} heads={num_attention_heads}/"
+            "{num_key_value_heads}".format(**text)
+        )
+    weights = report.weights
+    if weights:
+        lines.append(f"decoder prefix: '{weights['prefix']}'")
+        lines.append(f"  embedding:  {_shape(weights['embed'])}")
+        head = _shape(weights["head"]) + ("  (tied)" if weights["tied"] else "")
+        lines.append(f"  head:       {head}")
+        lines.append(
+            f"  final norm: {_shape(weights['norm'])}  ({weights['norm_kind']}, "
+            f"eps={weights['norm_eps']})"
+        )
+        lines.append(f"  shards read: {', '.join(weights['shards'])}")
+        lines.append(f"tied head: {'yes' if weights['tied'] else 'no'}")
+    lines.append(f"quantization: {'; '.join(report.quantization) or 'none seen'}")
+    if report.target_layer_ids is not None:
+        lines.append(f"default target layer ids: {report.target_layer_ids}")
+    if report.draft_config:
+        draft = " ".join(f"{k}={v}" for k, v in report.draft_config.items())
+        lines.append(f"draft config: {draft}")
+    if report.memory:
+        mem = report.memory
+        lines.append(
+            f"estimated training memory: {mem['total_gib']} GiB (weights "
+            f"{mem['weights_gib']}, grads+optimizer "
+            f"{mem['grads_and_optimizer_gib']}, activations+logits "
+            f"{mem['activations_and_logits_gib']}; {mem['assumptions']})"
+        )
+    if report.problems:
+        lines.append(f"PROBLEMS ({len(report.problems)}):")
+        for problem in report.problems:
+            lines.append(f"  - {problem.what}")
+            lines.append(f"    fix: {problem.fix}")
+    else:
+        lines.append("no problems found")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("verifier", help="local checkpoint directory or Hub id")
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="load the config with the checkpoint's code (default: read as data)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--draft-vocab-size",
+        type=int,
+        default=None,
+        help=f"draft vocabulary for the estimate (default: min({DEFAULT_DRAFT_VOCAB}, "
+        "verifier vocabulary))",
+    )
+    parser.add_argument("--num-layers", type=int, default=1)
+    parser.add_argument("--verifier-weight-prefix", default=None)
+    parser.add_argument("--verifier-embed-key", default=None)
+    parser.add_argument("--verifier-head-key", default=None)
+    parser.add_argument("--verifier-norm-key", default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = diagnose(args.verifier, args)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        print(render(report))
+    return 0 if report.ok else 1

@@ -1,0 +1,1136 @@
+"""Find and load the verifier's input embedding, output head and final norm.
+
+The draft reuses three tensors of the verifier's text model: the input embedding,
+the output head (LM head) and the final norm. :func:`resolve_verifier_weights`
+finds their exact keys from the weight map (``model.safetensors.index.json`` or a
+single ``model.safetensors``) and the safetensors headers only -- no tensor data
+is read -- using the verifier's text config:
+
+* the *decoder prefix* is the module path whose ``layers.<i>`` (``h.<i>``,
+  ``blocks.<i>``) count matches ``num_hidden_layers`` (a DeepSeek-V3 MTP layer may
+  add ``num_nextn_predict_layers``) and whose input embedding has shape
+  ``[vocab_size, hidden_size]``; other towers (vision, audio, a talker) and
+  per-layer copies (DeepSeek MTP ``layers.<N>.embed_tokens``/``shared_head``)
+  never win;
+* names match on dot boundaries only, within the naming families in
+  :data:`EMBED_NAMES`, :data:`HEAD_NAMES` and :data:`NORM_NAMES`: the embedding and
+  final norm are direct children of the decoder prefix, the head a direct child of
+  the prefix or of its nearest ancestor that has one;
+* a missing head means a tied head when the text config says so, else an error;
+  a quantized head stored in a packed format is an error, never a substitute;
+* several candidates, no candidate, shapes contradicting the config, missing or
+  corrupt shards: :class:`VerifierWeightsError` naming every candidate and the
+  override (``--verifier-weight-prefix``, ``--verifier-embed-key``,
+  ``--verifier-head-key``, ``--verifier-norm-key``).
+
+:func:`load_verifier_tensors` then reads only the shards holding those keys, and
+only the selected head rows when a draft vocabulary is used.
+"""
+
+import contextlib
+import contextvars
+import json
+import math
+import re
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from loguru import logger
+from transformers import PretrainedConfig
+
+from speculators.utils.text_config import (
+    config_from_dict,
+    get_text_config,
+    load_config_dict,
+    ties_word_embeddings,
+)
+
+__all__ = [
+    "EMBED_NAMES",
+    "HEAD_NAMES",
+    "NORM_NAMES",
+    "VERIFIER_WEIGHTS_FILENAME",
+    "TensorInfo",
+    "VerifierTensors",
+    "VerifierWeightOverrides",
+    "VerifierWeightSpec",
+    "VerifierWeightsError",
+    "build_verifier_norm",
+    "current_verifier_weight_overrides",
+    "load_verifier_norm",
+    "load_verifier_tensors",
+    "read_safetensors_header",
+    "read_weight_index",
+    "resolve_verifier_weights",
+    "verifier_weight_overrides",
+    "write_verifier_weights_record",
+]
+
+# Naming families, most common first. Matched as whole dotted components.
+EMBED_NAMES: tuple[str, ...] = (
+    "embed_tokens",
+    "tok_embeddings",
+    "word_embeddings",
+    "wte",
+    "embed_in",
+    "embeddings",
+    "embed",
+)
+HEAD_NAMES: tuple[str, ...] = (
+    "lm_head",
+    "output",
+    "embed_out",
+    "output_layer",
+    "unembed",
+)
+NORM_NAMES: tuple[str, ...] = (
+    "norm",
+    "final_layernorm",
+    "final_layer_norm",
+    "norm_f",
+    "ln_f",
+)
+LAYER_CONTAINERS: tuple[str, ...] = ("layers", "h", "blocks")
+
+# Sibling tensor suffixes that mean "this weight is stored quantized / packed".
+PACKED_SUFFIXES: tuple[str, ...] = (
+    "weight_packed",
+    "qweight",
+    "weight_q",
+    "weight_int4",
+    "packed_weight",
+)
+FP8_DTYPES: frozenset[str] = frozenset({"F8_E4M3", "F8_E5M2"})
+FLOAT_DTYPES: frozenset[str] = frozenset({"F16", "BF16", "F32", "F64"})
+FP8_BLOCK = 128
+
+# Final norms that apply ``x_norm * (1 + w)`` (see speculators.models.utils).
+GEMMA_STYLE_MODEL_TYPES = frozenset(
+    (
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "qwen3_5",
+        "qwen3_5_text",
+        "recurrent_gemma",
+    )
+)
+# Norm module classes that already apply ``1 + w`` (weights are used as stored).
+GEMMA_STYLE_NORM_CLASSES = frozenset(
+    (
+        "GemmaRMSNorm",
+        "Gemma2RMSNorm",
+        "Gemma3RMSNorm",
+        "Qwen3_5RMSNorm",
+        "RecurrentGemmaRMSNorm",
+    )
+)
+# Final norms that are a LayerNorm (mean-centred), with or without a bias.
+LAYERNORM_MODEL_TYPES = frozenset(
+    (
+        "gpt_neox",
+        "falcon",
+        "mpt",
+        "gpt2",
+        "gpt_bigcode",
+        "gptj",
+        "opt",
+        "bloom",
+        "phi",
+        "stablelm",
+        "starcoder2",
+        "cohere",
+    )
+)
+
+INDEX_FILENAME = "model.safetensors.index.json"
+SINGLE_FILENAME = "model.safetensors"
+VERIFIER_WEIGHTS_FILENAME = "verifier_weights.json"
+OVERRIDE_HINT = (
+    "Choose with --verifier-weight-prefix <prefix> (train config: "
+    "verifier.verifier_weight_prefix) or name the tensors with "
+    "--verifier-embed-key / --verifier-head-key / --verifier-norm-key."
+)
+_MAX_HEADER_BYTES = 100 * 1024 * 1024
+_ROW_CHUNK = 4096
+_HEADER_LENGTH_BYTES = 8
+
+
+class VerifierWeightsError(ValueError):
+    """The verifier's embedding, head or final norm cannot be found or loaded."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor as its safetensors header describes it."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: str
+    shard: str
+
+    def describe(self) -> str:
+        shape = list(self.shape)
+        return f"'{self.key}' shape={shape} dtype={self.dtype} ({self.shard})"
+
+
+@dataclass(frozen=True)
+class VerifierWeightOverrides:
+    """User choices that bypass the search (all optional)."""
+
+    prefix: str | None = None
+    embed_key: str | None = None
+    head_key: str | None = None
+    norm_key: str | None = None
+
+    def as_kwargs(self) -> dict[str, str | None]:
+        return {
+            "prefix": self.prefix,
+            "embed_key": self.embed_key,
+            "head_key": self.head_key,
+            "norm_key": self.norm_key,
+        }
+
+
+@dataclass
+class VerifierWeightSpec:
+    """The resolved keys of a verifier's embedding, head and final norm."""
+
+    source: str
+    prefix: str | None
+    vocab_size: int
+    hidden_size: int
+    model_type: str
+    embed: TensorInfo
+    head: TensorInfo
+    tied: bool
+    norm: TensorInfo | None
+    norm_bias: TensorInfo | None = None
+    norm_kind: str = "rms"
+    norm_eps: float = 1e-6
+    head_scale: TensorInfo | None = None
+    quantization: str | None = None
+    shards: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready record (written next to saved checkpoints)."""
+        record = asdict(self)
+        for name in ("embed", "head", "norm", "norm_bias", "head_scale"):
+            if record[name] is not None:
+                record[name]["shape"] = list(record[name]["shape"])
+        record["overrides"] = {
+            "verifier_weight_prefix": self.prefix,
+            "verifier_embed_key": self.embed.key,
+            "verifier_head_key": self.head.key,
+            "verifier_norm_key": self.norm.key if self.norm else None,
+        }
+        return record
+
+
+@dataclass
+class VerifierTensors:
+    """Loaded tensors; ``head`` holds only the requested rows when any were."""
+
+    embed: torch.Tensor
+    head: torch.Tensor
+    norm_weight: torch.Tensor | None
+    norm_bias: torch.Tensor | None
+
+
+# --------------------------------------------------------------------- overrides
+
+_OVERRIDES: contextvars.ContextVar[VerifierWeightOverrides | None] = (
+    contextvars.ContextVar("verifier_weight_overrides", default=None)
+)
+
+
+@contextlib.contextmanager
+def verifier_weight_overrides(
+    prefix: str | None = None,
+    embed_key: str | None = None,
+    head_key: str | None = None,
+    norm_key: str | None = None,
+) -> Iterator[VerifierWeightOverrides]:
+    """Apply overrides to every ``load_verifier_weights()`` inside the block.
+
+    :param prefix: the decoder prefix (e.g. ``"language_model.model"``).
+    :param embed_key: the exact key of the input embedding.
+    :param head_key: the exact key of the output head.
+    :param norm_key: the exact key of the final norm weight.
+    """
+    overrides = VerifierWeightOverrides(prefix, embed_key, head_key, norm_key)
+    token = _OVERRIDES.set(overrides)
+    try:
+        yield overrides
+    finally:
+        _OVERRIDES.reset(token)
+
+
+def current_verifier_weight_overrides() -> VerifierWeightOverrides:
+    """The overrides set by the innermost :func:`verifier_weight_overrides`."""
+    return _OVERRIDES.get() or VerifierWeightOverrides()
+
+
+# ----------------------------------------------------------------- file access
+
+
+def _is_local(name_or_path: str | Path) -> bool:
+    return Path(name_or_path).is_dir()
+
+
+def _resolve_file(
+    name_or_path: str | Path, filename: str, revision: str | None = None
+) -> Path:
+    if _is_local(name_or_path):
+        path = Path(name_or_path) / filename
+        if not path.is_file():
+            raise VerifierWeightsError(
+                f"Verifier shard file missing: {path} (named by the weight map of "
+                f"{name_or_path}). Re-download the checkpoint or fix its index."
+            )
+        return path
+    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+
+    return Path(
+        hf_hub_download(repo_id=str(name_or_path), filename=filename, revision=revision)
+    )
+
+
+def read_safetensors_header(path: str | Path) -> dict[str, dict[str, Any]]:
+    """Parse a safetensors header (8-byte length + JSON) without reading data.
+
+    :param path: the ``.safetensors`` file.
+    :returns: ``{key: {"dtype", "shape", "data_offsets"}}`` (metadata dropped).
+    :raises VerifierWeightsError: when the file is missing, truncated or corrupt.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise VerifierWeightsError(f"Verifier shard file missing: {path}.")
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        head = file.read(_HEADER_LENGTH_BYTES)
+        if len(head) < _HEADER_LENGTH_BYTES:
+            raise VerifierWeightsError(
+                f"Corrupt safetensors file {path}: {size} bytes, too short for a "
+                "header. Re-download it."
+            )
+        (length,) = struct.unpack("<Q", head)
+        if length > _MAX_HEADER_BYTES or 8 + length > size:
+            raise VerifierWeightsError(
+                f"Corrupt or truncated safetensors file {path}: header claims "
+                f"{length} bytes, file has {size}. Re-download it."
+            )
+        raw = file.read(length)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise VerifierWeightsError(
+            f"Corrupt safetensors header in {path}: {err}. Re-download it."
+        ) from err
+    if not isinstance(header, dict):
+        raise VerifierWeightsError(f"Corrupt safetensors header in {path}.")
+    header.pop("__metadata__", None)
+    data_size = size - 8 - length
+    for key, entry in header.items():
+        try:
+            start, end = entry["data_offsets"]
+            shape = [int(dim) for dim in entry["shape"]]
+            str(entry["dtype"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise VerifierWeightsError(
+                f"Corrupt safetensors header in {path}: bad entry for '{key}'."
+            ) from err
+        if end > data_size or start > end or any(dim < 0 for dim in shape):
+            raise VerifierWeightsError(
+                f"Truncated safetensors file {path}: '{key}' ends at byte {end} of "
+                f"a {data_size}-byte data section. Re-download it."
+            )
+    return header
+
+
+def read_weight_index(
+    name_or_path: str | Path, revision: str | None = None
+) -> dict[str, str]:
+    """The weight map ``{key: shard file}`` of a checkpoint.
+
+    :param name_or_path: a local directory or a Hub model id.
+    :param revision: the Hub revision.
+    :returns: the weight map (a single-file checkpoint maps to ``model.safetensors``).
+    """
+    if _is_local(name_or_path):
+        directory = Path(name_or_path)
+        index = directory / INDEX_FILENAME
+        if index.is_file():
+            return _parse_index(index)
+        single = directory / SINGLE_FILENAME
+        if single.is_file():
+            return dict.fromkeys(read_safetensors_header(single), SINGLE_FILENAME)
+        raise VerifierWeightsError(
+            f"No safetensors weights in {directory}: expected {INDEX_FILENAME} or "
+            f"{SINGLE_FILENAME}."
+        )
+    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+    from huggingface_hub.errors import EntryNotFoundError  # noqa: PLC0415
+
+    try:
+        index_file = hf_hub_download(
+            repo_id=str(name_or_path), filename=INDEX_FILENAME, revision=revision
+        )
+    except EntryNotFoundError:
+        return dict.fromkeys(
+            _hub_headers(name_or_path, revision).get(SINGLE_FILENAME, {}),
+            SINGLE_FILENAME,
+        )
+    return _parse_index(Path(index_file))
+
+
+def _parse_index(index: Path) -> dict[str, str]:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise VerifierWeightsError(f"Corrupt weight index {index}: {err}.") from err
+    if not isinstance(weight_map, dict):
+        raise VerifierWeightsError(f"Corrupt weight index {index}: no weight_map.")
+    return {str(key): str(shard) for key, shard in weight_map.items()}
+
+
+def _hub_headers(
+    name_or_path: str | Path, revision: str | None
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Headers of every shard of a Hub repo, fetched with range requests."""
+    from huggingface_hub import HfApi  # noqa: PLC0415
+
+    metadata = HfApi().get_safetensors_metadata(str(name_or_path), revision=revision)
+    return {
+        shard: {
+            key: {"dtype": info.dtype, "shape": list(info.shape)}
+            for key, info in file_meta.tensors.items()
+        }
+        for shard, file_meta in metadata.files_metadata.items()
+    }
+
+
+class _Headers:
+    """Lazily read safetensors headers, one shard at a time."""
+
+    def __init__(
+        self,
+        name_or_path: str | Path,
+        weight_map: Mapping[str, str],
+        revision: str | None,
+    ):
+        self.name_or_path = name_or_path
+        self.weight_map = weight_map
+        self.revision = revision
+        self._cache: dict[str, dict[str, dict[str, Any]]] = {}
+        self._hub: dict[str, dict[str, dict[str, Any]]] | None = None
+
+    def shard_header(self, shard: str) -> dict[str, dict[str, Any]]:
+        if shard not in self._cache:
+            if _is_local(self.name_or_path):
+                self._cache[shard] = read_safetensors_header(
+                    _resolve_file(self.name_or_path, shard)
+                )
+            else:
+                if self._hub is None:
+                    self._hub = _hub_headers(self.name_or_path, self.revision)
+                self._cache[shard] = self._hub.get(shard, {})
+        return self._cache[shard]
+
+    def info(self, key: str) -> TensorInfo:
+        shard = self.weight_map[key]
+        entry = self.shard_header(shard).get(key)
+        if entry is None:
+            raise VerifierWeightsError(
+                f"The weight index of {self.name_or_path} maps '{key}' to {shard}, "
+                f"but {shard} has no tensor '{key}'. The index and shards disagree; "
+                "re-download the checkpoint."
+            )
+        return TensorInfo(key, tuple(entry["shape"]), str(entry["dtype"]), shard)
+
+
+# ------------------------------------------------------------------ resolution
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _ancestors(prefix: str) -> list[str]:
+    """``prefix`` and every enclosing module path, nearest first, ending at ""."""
+    parts = prefix.split(".") if prefix else []
+    return [".".join(parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def _layer_prefixes(keys: list[str]) -> dict[str, set[int]]:
+    """``{prefix: layer indices}`` for every ``<prefix>.<container>.<i>.`` seen."""
+    found: dict[str, set[int]] = {}
+    containers = "|".join(LAYER_CONTAINERS)
+    pattern = re.compile(rf"(?:^|\.)(?:{containers})\.(\d+)\.")
+    for key in keys:
+        for match in pattern.finditer(key):
+            found.setdefault(key[: match.start()], set()).add(int(match.group(1)))
+    return found
+
+
+def _children(
+    weight_map: Mapping[str, str], scope: str, names: tuple[str, ...], leaf: str
+) -> list[str]:
+    return [
+        key for name in names if (key := _join(scope, f"{name}.{leaf}")) in weight_map
+    ]
+
+
+def _nearest(
+    weight_map: Mapping[str, str],
+    scopes: list[str],
+    names: tuple[str, ...],
+    leaf: str = "weight",
+) -> tuple[list[str], str | None]:
+    for scope in scopes:
+        found = _children(weight_map, scope, names, leaf)
+        if found:
+            return found, scope
+    return [], None
+
+
+def _packed_siblings(weight_map: Mapping[str, str], module: str) -> list[str]:
+    return [
+        key
+        for suffix in PACKED_SUFFIXES
+        if (key := _join(module, suffix)) in weight_map
+    ]
+
+
+def _int(config: PretrainedConfig, *names: str) -> int | None:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _norm_eps(config: PretrainedConfig) -> float:
+    for name in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"):
+        value = getattr(config, name, None)
+        if isinstance(value, int | float):
+            return float(value)
+    return 1e-6
+
+
+def _load_configs(
+    name_or_path: str | Path,
+    text_config: PretrainedConfig | None,
+    trust_remote_code: bool,
+    revision: str | None,
+) -> tuple[PretrainedConfig, bool]:
+    config_dict = load_config_dict(name_or_path, revision=revision)
+    if text_config is None:
+        if trust_remote_code:
+            from speculators.utils.text_config import (  # noqa: PLC0415
+                load_text_config,
+            )
+
+            text_config = load_text_config(
+                name_or_path, trust_remote_code=True, revision=revision
+            )
+        else:
+            text_config = get_text_config(config_from_dict(config_dict))
+    tied = getattr(text_config, "tie_word_embeddings", None)
+    if tied is None:
+        tied = ties_word_embeddings(config_dict)
+    return text_config, bool(tied)
+
+
+def _layer_count_ok(indices: set[int], layers: int, extra: int) -> bool:
+    if len(indices) == layers:
+        return True
+    return (
+        extra > 0 and set(range(layers)) <= indices and len(indices) <= layers + extra
+    )
+
+
+def _unmatched_key_error(
+    what: str, key: str, weight_map: Mapping[str, str], flag: str
+) -> VerifierWeightsError:
+    leaf = key.rsplit(".", 2)[-2] if "." in key else key
+    similar = sorted(k for k in weight_map if f".{leaf}." in f".{k}")[:10]
+    return VerifierWeightsError(
+        f"{flag} names '{key}' as the verifier {what}, but the checkpoint has no "
+        f"such tensor. Keys with a similar name: {similar or 'none'}."
+    )
+
+
+def _check_shape(
+    info: TensorInfo, expected: tuple[int, ...], what: str, source: str
+) -> None:
+    if tuple(info.shape) != expected:
+        raise VerifierWeightsError(
+            f"The verifier {what} {info.describe()} of {source} contradicts the "
+            f"text config, which implies shape {list(expected)}. Check that the "
+            f"text config matches the weights, or name the right tensor. "
+            f"{OVERRIDE_HINT}"
+        )
+
+
+def _find_prefix(  # noqa: C901, PLR0917
+    weight_map: Mapping[str, str],
+    headers: _Headers,
+    layers: int,
+    extra_layers: int,
+    expected: tuple[int, int],
+    source: str,
+) -> str:
+    """The decoder prefix: matching layer count and embedding shape."""
+    keys = list(weight_map)
+    by_prefix = _layer_prefixes(keys)
+    seen: list[str] = []
+    matches: list[tuple[str, TensorInfo]] = []
+    direct: list[tuple[str, TensorInfo]] = []
+    for prefix in sorted(by_prefix):
+        indices = by_prefix[prefix]
+        embeds, scope = _nearest(weight_map, _ancestors(prefix), EMBED_NAMES)
+        infos = [headers.info(key) for key in embeds]
+        described = ", ".join(info.describe() for info in infos) or "no embedding"
+        seen.append(f"prefix '{prefix}' ({len(indices)} layers; {described})")
+        if not _layer_count_ok(indices, layers, extra_layers):
+            continue
+        good = [(prefix, info) for info in infos if tuple(info.shape) == expected]
+        matches.extend(good)
+        if scope == prefix:
+            direct.extend(good)
+    if len(matches) > 1 and direct:
+        # An embedding that is the decoder's own child beats one found further up.
+        matches = direct
+    if not by_prefix:
+        # Partial checkpoints (no decoder layers): an embedding of the right shape.
+        for key in keys:
+            parts = key.split(".")
+            if parts[-1] == "weight" and parts[-2:-1] and parts[-2] in EMBED_NAMES:
+                info = headers.info(key)
+                scope = ".".join(parts[:-2])
+                seen.append(f"{info.describe()}")
+                if tuple(info.shape) == expected and not re.search(
+                    rf"(?:^|\.)(?:{'|'.join(LAYER_CONTAINERS)})\.\d+(?:\.|$)",
+                    scope,
+                ):
+                    matches.append((scope, info))
+    if len(matches) == 1:
+        return matches[0][0]
+    if not matches:
+        raise VerifierWeightsError(
+            f"No decoder in {source} has {layers} layers and an input embedding of "
+            f"shape {list(expected)} (the text config's num_hidden_layers, "
+            f"vocab_size and hidden_size). Seen: {'; '.join(seen) or 'nothing'}. "
+            f"{OVERRIDE_HINT}"
+        )
+    listed = "; ".join(f"prefix '{p}': {info.describe()}" for p, info in matches)
+    raise VerifierWeightsError(
+        f"Ambiguous verifier decoder in {source}: {len(matches)} candidates match "
+        f"the text config: {listed}. {OVERRIDE_HINT}"
+    )
+
+
+def _pick(
+    found: list[str], headers: _Headers, what: str, source: str
+) -> TensorInfo | None:
+    if not found:
+        return None
+    if len(found) > 1:
+        listed = "; ".join(headers.info(key).describe() for key in found)
+        raise VerifierWeightsError(
+            f"Ambiguous verifier {what} in {source}: {listed}. {OVERRIDE_HINT}"
+        )
+    return headers.info(found[0])
+
+
+def resolve_verifier_weights(  # noqa: C901
+    name_or_path: str | Path,
+    *,
+    text_config: PretrainedConfig | None = None,
+    prefix: str | None = None,
+    embed_key: str | None = None,
+    head_key: str | None = None,
+    norm_key: str | None = None,
+    need_norm: bool = True,
+    trust_remote_code: bool = False,
+    revision: str | None = None,
+) -> VerifierWeightSpec:
+    """Find the exact keys of the verifier's embedding, output head and final norm.
+
+    Only the weight map and safetensors headers are read (see module docstring).
+
+    :param name_or_path: a local checkpoint directory or a Hub model id.
+    :param text_config: the verifier's text config; read from ``config.json``
+        (as data) when omitted.
+    :param prefix: the decoder prefix, bypassing the prefix search.
+    :param embed_key: the exact key of the input embedding.
+    :param head_key: the exact key of the output head.
+    :param norm_key: the exact key of the final norm weight.
+    :param need_norm: whether a missing final norm is an error.
+    :param trust_remote_code: load the config with the checkpoint's code.
+    :param revision: the Hub revision.
+    :returns: the resolved keys, shapes, dtypes and shards.
+    :raises VerifierWeightsError: on ambiguity, absence, contradicting shapes,
+        unsupported formats, and missing or corrupt shards.
+    """
+    source = str(name_or_path)
+    text_config, tied_config = _load_configs(
+        name_or_path, text_config, trust_remote_code, revision
+    )
+    vocab = _int(text_config, "vocab_size")
+    hidden = _int(text_config, "hidden_size")
+    layers = _int(text_config, "num_hidden_layers")
+    if vocab is None or hidden is None or layers is None:
+        raise VerifierWeightsError(
+            f"The text config of {source} lacks vocab_size / hidden_size / "
+            "num_hidden_layers; cannot identify the verifier's weights."
+        )
+    extra_layers = _int(text_config, "num_nextn_predict_layers") or 0
+    model_type = str(getattr(text_config, "model_type", "") or "").lower()
+    weight_map = read_weight_index(name_or_path, revision)
+    headers = _Headers(name_or_path, weight_map, revision)
+    expected = (vocab, hidden)
+    notes: list[str] = []
+
+    if prefix is not None:
+        prefix = prefix.strip(".")
+        if not any(k.startswith(f"{prefix}.") or not prefix for k in weight_map):
+            raise VerifierWeightsError(
+                f"--verifier-weight-prefix '{prefix}' matches no key of {source}."
+            )
+    elif embed_key is not None and embed_key in weight_map:
+        # The embedding's module path anchors the search for head and norm.
+        prefix = ".".join(embed_key.split(".")[:-2])
+    elif embed_key is None:
+        prefix = _find_prefix(
+            weight_map, headers, layers, extra_layers, expected, source
+        )
+    scopes = _ancestors(prefix) if prefix is not None else [""]
+
+    # Input embedding.
+    if embed_key is not None:
+        if embed_key not in weight_map:
+            raise _unmatched_key_error(
+                "input embedding", embed_key, weight_map, "--verifier-embed-key"
+            )
+        embed = headers.info(embed_key)
+    else:
+        found, _ = _nearest(weight_map, scopes, EMBED_NAMES)
+        picked = _pick(found, headers, "input embedding", source)
+        if picked is None:
+            raise VerifierWeightsError(
+                f"No input embedding ({'/'.join(EMBED_NAMES)}) under prefix "
+                f"'{prefix}' of {source}. {OVERRIDE_HINT}"
+            )
+        embed = picked
+    _check_shape(embed, expected, "input embedding", source)
+    if embed.dtype not in FLOAT_DTYPES:
+        raise VerifierWeightsError(
+            f"The verifier input embedding {embed.describe()} is not stored as "
+            "float16/bfloat16/float32; quantized embeddings are not supported."
+        )
+
+    # Output head.
+    head_scale: TensorInfo | None = None
+    quantization: str | None = None
+    tied = False
+    head: TensorInfo | None
+    if head_key is not None:
+        if head_key not in weight_map:
+            raise _unmatched_key_error(
+                "output head", head_key, weight_map, "--verifier-head-key"
+            )
+        head = headers.info(head_key)
+    else:
+        found, _ = _nearest(weight_map, scopes, HEAD_NAMES)
+        head = _pick(found, headers, "output head", source)
+        if head is None:
+            packed = [
+                key
+                for scope in scopes
+                for name in HEAD_NAMES
+                for key in _packed_siblings(weight_map, _join(scope, name))
+            ]
+            if packed:
+                listed = "; ".join(headers.info(k).describe() for k in packed)
+                raise VerifierWeightsError(
+                    f"The verifier output head of {source} is stored in a packed "
+                    f"quantized format ({listed}), which cannot be read; it is not "
+                    "replaced by the input embedding. Use an unquantized (or FP8 "
+                    "block-scaled) checkpoint of the same model, or pass "
+                    "--verifier-head-key."
+                )
+            if not tied_config:
+                raise VerifierWeightsError(
+                    f"No output head ({'/'.join(HEAD_NAMES)}) found near prefix "
+                    f"'{prefix}' of {source}, and its text config has "
+                    "tie_word_embeddings=False. "
+                    f"{OVERRIDE_HINT}"
+                )
+            head = embed
+            tied = True
+            notes.append("output head tied to the input embedding (text config)")
+    _check_shape(head, expected, "output head", source)
+    if head.dtype in FP8_DTYPES:
+        module = head.key.rsplit(".", 1)[0]
+        scale_key = _join(module, "weight_scale_inv")
+        if scale_key not in weight_map:
+            raise VerifierWeightsError(
+                f"The verifier output head {head.describe()} is FP8 without a "
+                f"block scale ('{scale_key}'); this format is not supported."
+            )
+        head_scale = headers.info(scale_key)
+        blocks = (math.ceil(vocab / FP8_BLOCK), math.ceil(hidden / FP8_BLOCK))
+        if tuple(head_scale.shape) != blocks:
+            raise VerifierWeightsError(
+                f"FP8 block scale {head_scale.describe()} does not match "
+                f"{FP8_BLOCK}x{FP8_BLOCK} blocks of the head ({list(blocks)})."
+            )
+        quantization = f"fp8 ({head.dtype}, {FP8_BLOCK}x{FP8_BLOCK} block scales)"
+    elif head.dtype not in FLOAT_DTYPES:
+        raise VerifierWeightsError(
+            f"The verifier output head {head.describe()} is stored as {head.dtype}, "
+            "a quantized format that cannot be read; it is not replaced by the "
+            "input embedding."
+        )
+
+    # Final norm.
+    norm: TensorInfo | None = None
+    norm_bias: TensorInfo | None = None
+    if norm_key is not None:
+        if norm_key not in weight_map:
+            raise _unmatched_key_error(
+                "final norm", norm_key, weight_map, "--verifier-norm-key"
+            )
+        norm = headers.info(norm_key)
+    else:
+        norm_scopes = [prefix] if prefix is not None else [""]
+        found, _ = _nearest(weight_map, norm_scopes, NORM_NAMES)
+        norm = _pick(found, headers, "final norm", source)
+    if norm is None and need_norm:
+        raise VerifierWeightsError(
+            f"No final norm ({'/'.join(NORM_NAMES)}) directly under prefix "
+            f"'{prefix}' of {source}. {OVERRIDE_HINT}"
+        )
+    if norm is not None:
+        _check_shape(norm, (hidden,), "final norm", source)
+        bias_key = norm.key.rsplit(".", 1)[0] + ".bias"
+        if bias_key in weight_map:
+            norm_bias = headers.info(bias_key)
+            _check_shape(norm_bias, (hidden,), "final norm bias", source)
+    if norm_bias is not None or model_type in LAYERNORM_MODEL_TYPES:
+        norm_kind = "layernorm"
+    elif model_type in GEMMA_STYLE_MODEL_TYPES:
+        norm_kind = "gemma_rms"
+    else:
+        norm_kind = "rms"
+
+    used = [embed, head, norm, norm_bias, head_scale]
+    shards = sorted({info.shard for info in used if info is not None})
+    spec = VerifierWeightSpec(
+        source=source,
+        prefix=prefix,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        model_type=model_type,
+        embed=embed,
+        head=head,
+        tied=tied,
+        norm=norm,
+        norm_bias=norm_bias,
+        norm_kind=norm_kind,
+        norm_eps=_norm_eps(text_config),
+        head_scale=head_scale,
+        quantization=quantization,
+        shards=shards,
+        notes=notes,
+    )
+    logger.info(
+        "Verifier weights of {}: prefix={!r} embed={!r} head={!r}{} norm={!r} ({})",
+        source,
+        prefix,
+        embed.key,
+        head.key,
+        " (tied)" if tied else "",
+        norm.key if norm else None,
+        norm_kind,
+    )
+    return spec
+
+
+# --------------------------------------------------------------------- loading
+
+
+def _check_finite(tensor: torch.Tensor, key: str) -> None:
+    """Raise when ``tensor`` holds NaN/inf (checked in row blocks: no big temps)."""
+    if not tensor.is_floating_point():
+        return
+    flat = tensor.reshape(tensor.shape[0], -1) if tensor.dim() else tensor.reshape(1)
+    for start in range(0, flat.shape[0], _ROW_CHUNK):
+        chunk = flat[start : start + _ROW_CHUNK]
+        # A float32 sum is finite unless a value is NaN/inf (or the sum overflows,
+        # which the exact check below rules out); much faster than isfinite.
+        if bool(torch.isfinite(chunk.sum(dtype=torch.float32))):
+            continue
+        if not bool(torch.isfinite(chunk).all()):
+            raise VerifierWeightsError(
+                f"Verifier tensor '{key}' contains NaN or inf values; the checkpoint "
+                "is corrupt or was saved incorrectly."
+            )
+
+
+def _dequantize_fp8(
+    weight: torch.Tensor, scale_inv: torch.Tensor, rows: torch.Tensor | None
+) -> torch.Tensor:
+    """``weight`` (selected rows) times its 128x128 block scale, in float32."""
+    row_ids = (
+        rows if rows is not None else torch.arange(weight.shape[0], dtype=torch.long)
+    )
+    row_scale = scale_inv.float()[row_ids // FP8_BLOCK]
+    col_scale = row_scale.repeat_interleave(FP8_BLOCK, dim=1)[:, : weight.shape[1]]
+    return weight.float() * col_scale
+
+
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+
+
+def _row_runs(unique: torch.Tensor) -> list[tuple[int, int]]:
+    """``[start, end)`` runs of consecutive ids in a sorted, unique id tensor."""
+    breaks = torch.nonzero(unique[1:] - unique[:-1] != 1).flatten() + 1
+    starts = torch.cat([unique[:1], unique[breaks]]).tolist()
+    ends = (torch.cat([unique[breaks - 1], unique[-1:]]) + 1).tolist()
+    return list(zip(starts, ends, strict=True))
+
+
+def _read_rows_direct(path: Path, key: str, unique: torch.Tensor) -> torch.Tensor:
+    """Read rows with plain file reads into the output buffer.
+
+    Unlike a memory map (whose page faults read ahead around every touched row,
+    paging in most of the tensor), only the selected rows' bytes are copied into
+    process memory; the rest stays in the page cache, outside the process RSS.
+    """
+    with path.open("rb", buffering=0) as file:
+        (length,) = struct.unpack("<Q", file.read(_HEADER_LENGTH_BYTES))
+        entry = json.loads(file.read(length).decode("utf-8"))[key]
+        dtype = _TORCH_DTYPES[entry["dtype"]]
+        shape = [int(dim) for dim in entry["shape"]]
+        out = torch.empty((unique.numel(), *shape[1:]), dtype=dtype)
+        row_bytes = out[0].numel() * out.element_size()
+        base = _HEADER_LENGTH_BYTES + length + int(entry["data_offsets"][0])
+        buffer = memoryview(out.view(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
+        position = 0
+        for start, end in _row_runs(unique):
+            size = (end - start) * row_bytes
+            file.seek(base + start * row_bytes)
+            view = buffer[position : position + size]
+            done = 0
+            while done < size:
+                got = file.readinto(view[done:])
+                if not got:
+                    raise VerifierWeightsError(
+                        f"Truncated verifier shard {path} while reading '{key}'."
+                    )
+                done += got
+            position += size
+    return out
+
+
+def _read_rows(
+    handle: Any, path: Path, info: TensorInfo, rows: torch.Tensor
+) -> torch.Tensor:
+    """Read only ``rows`` (any order, repeats allowed) of a 2-D tensor."""
+    rows = rows.to(torch.long).flatten()
+    total = info.shape[0]
+    if rows.numel() == 0:
+        return torch.empty((0, *info.shape[1:]))
+    if int(rows.min()) < 0 or int(rows.max()) >= total:
+        raise VerifierWeightsError(f"Row index out of range for '{info.key}'.")
+    unique, inverse = torch.unique(rows, sorted=True, return_inverse=True)
+    if info.dtype in _TORCH_DTYPES and path.is_file():
+        picked = _read_rows_direct(path, info.key, unique)
+    else:
+        # One safetensors slice per run of adjacent rows.
+        sliced = handle.get_slice(info.key)
+        parts = [sliced[start:end] for start, end in _row_runs(unique)]
+        picked = torch.cat(parts) if len(parts) > 1 else parts[0]
+    if unique.numel() == rows.numel() and bool((unique == rows).all()):
+        return picked
+    return picked[inverse]
+
+
+def load_verifier_tensors(  # noqa: C901
+    spec: VerifierWeightSpec,
+    *,
+    head_rows: torch.Tensor | None = None,
+    load_norm: bool = True,
+    revision: str | None = None,
+) -> VerifierTensors:
+    """Load the resolved tensors, reading only the shards that hold them.
+
+    :param spec: the result of :func:`resolve_verifier_weights`.
+    :param head_rows: target-vocabulary ids to keep from the head (a draft
+        vocabulary: a bool mask over the vocabulary or a list of ids); only those
+        rows are read. None keeps the full head.
+    :param load_norm: whether to load the final norm.
+    :param revision: the Hub revision.
+    :returns: the tensors; an FP8 head comes back dequantized to float32.
+    :raises VerifierWeightsError: on non-finite values or unreadable formats.
+    """
+    from safetensors import safe_open  # noqa: PLC0415
+
+    if head_rows is not None and head_rows.dtype == torch.bool:
+        head_rows = torch.nonzero(head_rows, as_tuple=False).flatten()
+    roles: list[tuple[str, TensorInfo | None]] = [
+        ("embed", spec.embed),
+        ("head", None if spec.head.key == spec.embed.key else spec.head),
+        ("head_scale", spec.head_scale),
+    ]
+    if load_norm:
+        roles += [("norm", spec.norm), ("norm_bias", spec.norm_bias)]
+    wanted: dict[str, list[tuple[str, TensorInfo]]] = {}
+    for role, info in roles:
+        if info is not None:
+            wanted.setdefault(info.shard, []).append((role, info))
+    loaded: dict[str, torch.Tensor] = {}
+    for shard, shard_roles in wanted.items():
+        path = _resolve_file(spec.source, shard, revision)
+        try:
+            handle_ctx = safe_open(str(path), framework="pt", device="cpu")
+        except Exception as err:
+            raise VerifierWeightsError(
+                f"Cannot open verifier shard {path}: {err}"
+            ) from err
+        with handle_ctx as handle:
+            for role, info in shard_roles:
+                if role == "head" and head_rows is not None:
+                    # Only the selected rows, read in bounded chunks.
+                    loaded[role] = _read_rows(handle, Path(path), info, head_rows)
+                else:
+                    loaded[role] = handle.get_tensor(info.key)
+    embed = loaded["embed"]
+    _check_finite(embed, spec.embed.key)
+    if "head" in loaded:
+        head = loaded.pop("head")
+    else:
+        # Tied: the head is the embedding (already loaded in full).
+        head = embed if head_rows is None else embed[head_rows]
+    if spec.head_scale is not None:
+        head = _dequantize_fp8(head, loaded["head_scale"], head_rows)
+    _check_finite(head, spec.head.key)
+    norm_weight = loaded.get("norm")
+    norm_bias = loaded.get("norm_bias")
+    for tensor, info in ((norm_weight, spec.norm), (norm_bias, spec.norm_bias)):
+        if tensor is not None and info is not None:
+            _check_finite(tensor, info.key)
+    return VerifierTensors(embed, head, norm_weight, norm_bias)
+
+
+# ------------------------------------------------------------------- final norm
+
+
+class _VerifierLayerNorm(torch.nn.LayerNorm):
+    """A frozen LayerNorm standing in for a LayerNorm-family verifier norm."""
+
+
+def build_verifier_norm(spec: VerifierWeightSpec) -> torch.nn.Module:
+    """A module computing the verifier's final norm, for ``spec.norm_kind``.
+
+    :param spec: the resolved spec.
+    :returns: an RMSNorm (``x * w``; Gemma-style weights are converted by
+        :func:`load_verifier_norm`) or a LayerNorm.
+    """
+    if spec.norm_kind == "layernorm":
+        return _VerifierLayerNorm(
+            spec.hidden_size, eps=spec.norm_eps, bias=spec.norm_bias is not None
+        )
+    from transformers.models.qwen3.modeling_qwen3 import (  # noqa: PLC0415
+        Qwen3RMSNorm,
+    )
+
+    return Qwen3RMSNorm(spec.hidden_size, eps=spec.norm_eps)
+
+
+def load_verifier_norm(
+    owner: torch.nn.Module,
+    spec: VerifierWeightSpec,
+    tensors: VerifierTensors,
+    attribute: str = "verifier_norm",
+) -> None:
+    """Make ``owner.<attribute>(h)`` equal the verifier's final norm of ``h``.
+
+    An RMSNorm of the plain convention (``x * w``) gets ``w' = 1 + w`` (computed
+    in float32, then cast to the module's dtype) when the verifier's norm is
+    Gemma-style (``x * (1 + w)``); a Gemma-style module gets ``w`` as stored. A
+    LayerNorm-family verifier norm replaces the module with a LayerNorm.
+
+    :param owner: the draft model.
+    :param spec: the resolved spec.
+    :param tensors: the loaded tensors (with ``norm_weight``).
+    :param attribute: the norm module's attribute name.
+    """
+    if tensors.norm_weight is None:
+        return
+    module = getattr(owner, attribute)
+    if spec.norm_kind == "layernorm":
+        if not isinstance(module, torch.nn.LayerNorm):
+            module = build_verifier_norm(spec).to(
+                device=module.weight.device, dtype=module.weight.dtype
+            )
+            setattr(owner, attribute, module)
+            _ignore_on_save(owner, f"{attribute}.bias")
+        with torch.no_grad():
+            module.weight.copy_(tensors.norm_weight)
+            if module.bias is not None and tensors.norm_bias is not None:
+                module.bias.copy_(tensors.norm_bias)
+        for param in module.parameters():
+            param.requires_grad_(False)
+        return
+    weight = tensors.norm_weight
+    gemma_module = type(module).__name__ in GEMMA_STYLE_NORM_CLASSES
+    if spec.norm_kind == "gemma_rms" and not gemma_module:
+        weight = 1.0 + weight.float()
+    elif spec.norm_kind != "gemma_rms" and gemma_module:
+        weight = weight.float() - 1.0
+    with torch.no_grad():
+        module.weight.copy_(weight.to(module.weight.dtype))
+    module.weight.requires_grad_(False)
+
+
+def _ignore_on_save(owner: torch.nn.Module, key: str) -> None:
+    for name in ("_keys_to_ignore_on_save", "_keys_to_ignore_on_load_missing"):
+        current = list(getattr(owner, name, None) or [])
+        if key not in current:
+            owner.__dict__[name] = [*current, key]
+
+
+def write_verifier_weights_record(model: Any, directory: str | Path) -> Path | None:
+    """Write the resolved verifier keys next to a saved checkpoint.
+
+    :param model: the (possibly wrapped) draft model.
+    :param directory: the checkpoint directory.
+    :returns: the written file, or None when the model has no resolution.
+    """
+    record = getattr(model, "verifier_weight_resolution", None)
+    if record is None:
+        inner = getattr(model, "module", None)
+        record = getattr(inner, "verifier_weight_resolution", None)
+    if record is None:
+        return None
+    path = Path(directory) / VERIFIER_WEIGHTS_FILENAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
