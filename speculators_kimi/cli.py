@@ -1,4 +1,4 @@
-"""`speculators-kimi`: our command line (version, doctor)."""
+"""`speculators-kimi`: our command line (version, doctor, hidden states, demo)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
         "load, the draft config and memory estimate, and every problem with its "
         "fix. Exits 1 when there is a problem.",
     )
+    from .datagen import register_generate_hidden_states
+    from .demo import register_demo
     from .doctor import add_arguments
 
     add_arguments(doctor_parser)
+    register_generate_hidden_states(commands)
+    register_demo(commands)
     return parser
 
 
@@ -51,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         from .doctor import run
 
         return run(args)
+    if hasattr(args, "func"):
+        return int(args.func(args))
     parser.print_help(sys.stderr)
     return 2
 

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
@@ -53,6 +52,8 @@ __all__ = [
     "build_verifier",
     "default_target_layer_ids",
     "main",
+    "prepare_data",
+    "tokenize_with_mask",
     "train_command",
 ]
 
@@ -132,9 +133,18 @@ def resolve_target_layer_ids(spec: TinyVerifierSpec) -> tuple[list[int], bool]:
     return sorted({min(1, n), max(n // 2, 1), n}), True
 
 
-def build_tokenizer(spec: TinyVerifierSpec) -> PreTrainedTokenizerFast:
-    """A whitespace word-level tokenizer over ``w0 .. w{num_words-1}``."""
-    words = [f"w{i}" for i in range(spec.num_words)]
+def build_tokenizer(
+    spec: TinyVerifierSpec, words: Sequence[str] = ()
+) -> PreTrainedTokenizerFast:
+    """A whitespace word-level tokenizer over ``words`` then ``w0, w1, ...``.
+
+    The vocabulary holds the special tokens and exactly ``spec.num_words`` words:
+    the given ``words`` first, filled up with ``w<i>``.
+    """
+    words = list(dict.fromkeys(words))[: spec.num_words]
+    known = set(words)
+    filler = (f"w{i}" for i in range(2 * spec.num_words))
+    words += [w for w in filler if w not in known][: spec.num_words - len(words)]
     vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *words])}
     unk = SPECIAL_TOKEN_ROLES["unk_token"]
     backend = Tokenizer(WordLevel(vocab=vocab, unk_token=unk))
@@ -197,25 +207,32 @@ def _synthetic_conversations(spec: TinyVerifierSpec) -> list[list[dict[str, str]
     return convs
 
 
-def _tokenize_with_mask(
+def tokenize_with_mask(
     tokenizer: PreTrainedTokenizerFast, conv: list[dict[str, str]]
 ) -> tuple[list[int], list[int]]:
-    """Token ids of the full conversation and a mask over assistant tokens."""
-    prompt = tokenizer.apply_chat_template(
-        conv[:1], tokenize=True, add_generation_prompt=True, return_dict=False
-    )
-    full = tokenizer.apply_chat_template(conv, tokenize=True, return_dict=False)
-    prompt_ids = list(prompt)
-    full_ids = list(full)
-    if full_ids[: len(prompt_ids)] != prompt_ids:
-        raise RuntimeError("chat template prompt is not a prefix of the conversation")
-    mask = [0] * len(prompt_ids) + [1] * (len(full_ids) - len(prompt_ids))
+    """Token ids of the full conversation and a mask over assistant turns."""
+
+    def render(turns: list[dict[str, str]], gen: bool) -> list[int]:
+        return list(
+            tokenizer.apply_chat_template(
+                turns, tokenize=True, add_generation_prompt=gen, return_dict=False
+            )
+        )
+
+    full_ids = render(conv, False)
+    mask = [0] * len(full_ids)
+    for k, turn in enumerate(conv):
+        if turn["role"] != "assistant":
+            continue
+        start = len(render(conv[:k], True))
+        end = len(render(conv[: k + 1], False))
+        if full_ids[:end] != render(conv[: k + 1], False):
+            raise RuntimeError("chat template rendering is not prefix-stable")
+        mask[start:end] = [1] * (end - start)
     return full_ids, mask
 
 
-def _prepare_data(
-    verifier_dir: Path, jsonl: Path, data_dir: Path, seq_len: int
-) -> None:
+def prepare_data(verifier_dir: Path, jsonl: Path, data_dir: Path, seq_len: int) -> None:
     """Run ``speculators prepare-data`` offline on a pre-tokenized JSONL file."""
     cmd = [
         sys.executable,
@@ -235,38 +252,7 @@ def _prepare_data(
         "--overwrite",
     ]
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    subprocess.run(cmd, check=True, env=env)  # noqa: S603
-
-
-@torch.no_grad()
-def _hidden_states(
-    model: LlamaForCausalLM, input_ids: list[int], layer_ids: Sequence[int]
-) -> torch.Tensor:
-    """``[seq, len(layer_ids) + 1, hidden]`` in vLLM's aux-hidden-state layout."""
-    layers = model.model.layers
-    captured: dict[int, torch.Tensor] = {}
-
-    def grab(key: int):
-        def hook(_module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-            hs = args[0] if args else kwargs["hidden_states"]
-            captured[key] = hs[0].detach().clone()
-
-        return hook
-
-    handles = []
-    for i in sorted(set(layer_ids)):
-        module = layers[i] if i < len(layers) else model.model.norm
-        handles.append(module.register_forward_pre_hook(grab(i), with_kwargs=True))
-    final_key = -1
-    handles.append(
-        model.model.norm.register_forward_pre_hook(grab(final_key), with_kwargs=True)
-    )
-    try:
-        model(torch.tensor([input_ids]))
-    finally:
-        for h in handles:
-            h.remove()
-    return torch.stack([captured[i] for i in [*layer_ids, final_key]], dim=1)
+    subprocess.run(cmd, check=True, env=env)
 
 
 def build_dataset(
@@ -282,10 +268,12 @@ def build_dataset(
     ``speculators prepare-data`` (needs ``speculators`` importable); otherwise
     the same columns are written directly with ``datasets``.
     """
-    from datasets import Dataset, load_from_disk  # noqa: PLC0415
+    from datasets import Dataset
+
+    from .datagen import generate_hidden_states
 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(verifier_dir)
-    rows = [_tokenize_with_mask(tokenizer, c) for c in _synthetic_conversations(spec)]
+    rows = [tokenize_with_mask(tokenizer, c) for c in _synthetic_conversations(spec)]
     seq_len = max(len(ids) for ids, _ in rows)
 
     if use_prepare_data:
@@ -294,31 +282,27 @@ def build_dataset(
         with jsonl.open("w") as f:
             for ids, mask in rows:
                 f.write(json.dumps({"input_ids": ids, "loss_mask": mask}) + "\n")
-        _prepare_data(verifier_dir, jsonl, data_dir, seq_len)
+        prepare_data(verifier_dir, jsonl, data_dir, seq_len)
     else:
-        Dataset.from_dict(
+        dataset = Dataset.from_dict(
             {
                 "input_ids": [ids for ids, _ in rows],
                 "loss_mask": [mask for _, mask in rows],
                 "seq_len": [len(ids) for ids, _ in rows],
             }
-        ).save_to_disk(str(data_dir))
-
-    dataset = load_from_disk(str(data_dir)).with_format(None)
-    layer_ids, _ = resolve_target_layer_ids(spec)
-    model = LlamaForCausalLM.from_pretrained(verifier_dir, torch_dtype=torch.float32)
-    model.eval()
-    hs_dir = data_dir / "hidden_states"
-    hs_dir.mkdir(parents=True, exist_ok=True)
-    for idx, row in enumerate(dataset):
-        ids = [int(t) for t in row["input_ids"]]
-        save_file(
-            {
-                "hidden_states": _hidden_states(model, ids, layer_ids).contiguous(),
-                "token_ids": torch.tensor(ids, dtype=torch.long),
-            },
-            str(hs_dir / f"hs_{idx}.safetensors"),
         )
+        dataset.set_format("torch")  # the trainer compares tensors, as prepare-data
+        dataset.save_to_disk(str(data_dir))
+
+    layer_ids, _ = resolve_target_layer_ids(spec)
+    generate_hidden_states(
+        verifier_dir,
+        data_dir,
+        target_layer_ids=layer_ids,
+        dtype=torch.float32,
+        device="cpu",
+        progress=False,
+    )
     return data_dir
 
 
@@ -385,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir = build_dataset(
         spec, verifier_dir, out / "data", use_prepare_data=not args.no_prepare_data
     )
-    print(shlex.join(train_command(spec, verifier_dir, data_dir, out / "run")))  # noqa: T201
+    print(shlex.join(train_command(spec, verifier_dir, data_dir, out / "run")))
     return 0
 
 

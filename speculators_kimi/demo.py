@@ -1,0 +1,336 @@
+"""End-to-end EAGLE-3 demo on an embedded tiny Kimi-K2.5-shaped verifier (CPU ok).
+
+``speculators-kimi demo [--out DIR]`` runs, offline:
+
+1. ``verifier``: builds a tiny random-weight Kimi-K2.5-shaped checkpoint (nested
+   ``kimi_k25`` config, DeepSeek-V3 MLA + MoE text model under ``language_model.``,
+   a vision tower that is ignored, a tokenizer with a chat template);
+2. ``data``: tokenizes the shipped conversations with the chat template (loss on
+   assistant turns) and runs upstream's ``speculators prepare-data`` on them;
+3. ``hidden-states``: our ``generate-hidden-states`` (transformers, text model);
+4. ``train``: upstream's ``speculators train`` (EAGLE-3, 3 TTT steps);
+5. reloads the draft with ``speculators.SpeculatorModel.from_pretrained`` and
+   prints a report.
+
+Each finished stage leaves a marker in ``DIR/.stages``; rerunning reuses them
+(``--fresh`` starts over). Training resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+__all__ = [
+    "DemoSettings",
+    "load_conversations",
+    "main",
+    "register_demo",
+    "run_demo",
+    "train_argv",
+]
+
+DATASET = "demo_conversations.jsonl"
+_LOSS = re.compile(r"train/loss=([-+0-9.e]+|nan|inf)")
+
+
+@dataclass
+class DemoSettings:
+    """Knobs of the demo (the defaults are the documented run)."""
+
+    out: Path = Path("kimi-eagle3-demo")
+    num_samples: int | None = None  # all shipped conversations
+    epochs: int = 6
+    max_steps: int | None = None
+    total_seq_len: int = 256
+    lr: float = 3e-3
+    train_data_ratio: float = 0.9
+    dtype: str = "bfloat16"
+    extra_train_args: list[str] = field(default_factory=list)
+    fresh: bool = False
+    train: bool = True  # False: stop after the hidden states
+
+
+def load_conversations(limit: int | None = None) -> list[list[dict[str, str]]]:
+    """The conversations shipped with the package (``speculators_kimi/data``)."""
+    text = resources.files("speculators_kimi").joinpath("data", DATASET).read_text()
+    convs = [json.loads(line)["conversations"] for line in text.splitlines() if line]
+    return convs[:limit] if limit else convs
+
+
+def _say(msg: str) -> None:
+    print(f"[demo] {msg}", flush=True)
+
+
+class _Stages:
+    def __init__(self, out: Path) -> None:
+        self.dir = out / ".stages"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def done(self, name: str) -> bool:
+        return (self.dir / name).is_file()
+
+    def mark(self, name: str, info: dict[str, Any] | None = None) -> None:
+        (self.dir / name).write_text(json.dumps(info or {}) + "\n")
+
+    def info(self, name: str) -> dict[str, Any]:
+        return json.loads((self.dir / name).read_text())
+
+    def run(self, name: str, fn: Callable[[], dict[str, Any] | None]) -> dict:
+        if self.done(name):
+            _say(f"stage {name}: done before, reusing")
+            return self.info(name)
+        _say(f"stage {name}: running")
+        t0 = time.perf_counter()
+        info = fn() or {}
+        info["seconds"] = round(time.perf_counter() - t0, 1)
+        self.mark(name, info)
+        _say(f"stage {name}: finished in {info['seconds']} s")
+        return info
+
+
+def _offline_env() -> dict[str, str]:
+    return dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+    )
+
+
+def train_argv(verifier: Path, data: Path, run_dir: Path, s: DemoSettings) -> list[str]:
+    """``speculators train`` arguments (after the ``speculators train`` words)."""
+    argv = [
+        "--verifier-name-or-path",
+        str(verifier),
+        "--data-path",
+        str(data),
+        "--speculator-type",
+        "eagle3",
+        "--total-seq-len",
+        str(s.total_seq_len),
+        "--train-data-ratio",
+        str(s.train_data_ratio),
+        "--epochs",
+        str(s.epochs),
+        "--lr",
+        str(s.lr),
+        "--scheduler-type",
+        "none",
+        "--num-workers",
+        "0",
+        "--on-missing",
+        "raise",
+        "--log-freq",
+        "1",
+        "--save-path",
+        str(run_dir / "checkpoints"),
+        "--log-dir",
+        str(run_dir / "logs"),
+    ]
+    if s.max_steps is not None:
+        argv += ["--max-steps", str(s.max_steps)]
+    return argv + list(s.extra_train_args)
+
+
+def _stream(cmd: list[str], log: Path) -> str:
+    """Run ``cmd`` showing its output live; return the output (also in ``log``)."""
+    _say("+ " + shlex.join(cmd))
+    chunks: list[str] = []
+    with log.open("a") as sink:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_offline_env(),
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sink.write(line)
+            chunks.append(line)
+        rc = proc.wait()
+    if rc != 0:
+        raise RuntimeError(f"command failed ({rc}): {shlex.join(cmd)}; log: {log}")
+    return "".join(chunks)
+
+
+def _last_checkpoint(checkpoints: Path) -> Path:
+    numbered = [p for p in checkpoints.iterdir() if p.is_dir() and p.name.isdigit()]
+    if not numbered:
+        raise FileNotFoundError(f"no checkpoint under {checkpoints}")
+    return max(numbered, key=lambda p: int(p.name))
+
+
+def run_demo(s: DemoSettings) -> dict[str, Any]:
+    """Run every stage (reusing finished ones); return the report as a dict."""
+    from .datagen import generate_hidden_states
+    from .kimi_tiny import build_kimi_tiny
+    from .tiny_verifier import prepare_data, tokenize_with_mask
+
+    out = s.out.resolve()
+    if s.fresh and out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stages = _Stages(out)
+    verifier, data, run_dir = out / "verifier", out / "data", out / "run"
+    convs = load_conversations(s.num_samples)
+    t_start = time.perf_counter()
+
+    def build_verifier() -> dict[str, Any]:
+        words = [w for c in convs for t in c for w in t["content"].split()]
+        build_kimi_tiny(verifier, words=words)
+        return {"path": str(verifier)}
+
+    def build_data() -> dict[str, Any]:
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(verifier)
+        jsonl = out / "pretokenized.jsonl"
+        rows = [tokenize_with_mask(tokenizer, c) for c in convs]
+        with jsonl.open("w") as f:
+            for ids, mask in rows:
+                f.write(json.dumps({"input_ids": ids, "loss_mask": mask}) + "\n")
+        seq_len = max(len(ids) for ids, _ in rows)
+        prepare_data(verifier, jsonl, data, seq_len)
+        return {"samples": len(rows), "max_len": seq_len}
+
+    def hidden_states() -> dict[str, Any]:
+        res = generate_hidden_states(verifier, data, dtype=s.dtype)
+        return {"written": res.written, "target_layer_ids": res.target_layer_ids}
+
+    def train() -> dict[str, Any]:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        speculators = str(Path(sys.executable).parent / "speculators")
+        cmd = [speculators, "train", *train_argv(verifier, data, run_dir, s)]
+        text = _stream(cmd, run_dir / "train.log")
+        losses = [float(x) for x in _LOSS.findall(text)]
+        return {"losses": losses, "command": shlex.join(cmd)}
+
+    stages.run("verifier", build_verifier)
+    info_data = stages.run("data", build_data)
+    info_hs = stages.run("hidden-states", hidden_states)
+    if not s.train:
+        return {"out": str(out), "verifier": str(verifier), "data": str(data)}
+    info_train = stages.run("train", train)
+
+    from speculators import SpeculatorModel
+
+    ckpt = _last_checkpoint(run_dir / "checkpoints")
+    model = SpeculatorModel.from_pretrained(str(ckpt))
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    config = json.loads((ckpt / "config.json").read_text())
+    metrics_file = ckpt / "val_metrics.json"
+    metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+    losses = info_train.get("losses") or []
+    report = {
+        "out": str(out),
+        "verifier": str(verifier),
+        "data": str(data),
+        "checkpoint": str(ckpt),
+        "samples": info_data.get("samples"),
+        "target_layer_ids": info_hs.get("target_layer_ids"),
+        "train_steps": len(losses),
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "val_loss": metrics.get("loss_epoch"),
+        "val_step0_accuracy": metrics.get("full_acc_0_epoch"),
+        "draft_class": type(model).__name__,
+        "draft_trainable_params": n_params,
+        "verifier_architectures": config.get("speculators_config", {})
+        .get("verifier", {})
+        .get("architectures"),
+        "seconds": round(time.perf_counter() - t_start, 1),
+    }
+    return report
+
+
+def format_report(r: dict[str, Any]) -> str:
+    def num(x: Any) -> str:
+        return "n/a" if x is None else f"{x:.4f}"
+
+    return "\n".join(
+        [
+            "EAGLE-3 demo on a tiny Kimi-K2.5-shaped verifier",
+            f"  verifier     {r['verifier']}",
+            f"  data         {r['data']} ({r['samples']} samples, aux layers "
+            f"{r['target_layer_ids']})",
+            f"  draft        {r['checkpoint']} ({r['draft_class']}, "
+            f"{r['draft_trainable_params']} trainable parameters; verifier "
+            f"{r['verifier_architectures']})",
+            f"  train loss   {num(r['loss_first'])} -> {num(r['loss_last'])} over "
+            f"{r['train_steps']} steps",
+            f"  held-out     loss {num(r['val_loss'])}, step-0 draft accuracy "
+            f"{num(r['val_step0_accuracy'])}",
+            f"  wall time    {r['seconds']} s (this invocation)",
+        ]
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``demo`` options."""
+    d = DemoSettings()
+    parser.add_argument("--out", type=Path, default=d.out, help="working directory")
+    parser.add_argument("--epochs", type=int, default=d.epochs)
+    parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument(
+        "--num-samples", type=int, default=None, help="use the first N conversations"
+    )
+    parser.add_argument("--fresh", action="store_true", help="ignore finished stages")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo from parsed arguments."""
+    settings = DemoSettings(
+        out=args.out,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        num_samples=args.num_samples,
+        fresh=args.fresh,
+    )
+    report = run_demo(settings)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+def register_demo(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``demo`` to an ``add_subparsers()`` object."""
+    parser = subparsers.add_parser(
+        "demo",
+        help="train an EAGLE-3 draft on a tiny Kimi-K2.5-shaped verifier (CPU ok)",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m speculators_kimi.demo ...``."""
+    parser = argparse.ArgumentParser(
+        prog="speculators-kimi demo",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,291 @@
+"""`generate-hidden-states`: vLLM's convention, nested verifiers, resume, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from helpers import run
+from safetensors import safe_open
+from safetensors.torch import load_file
+from transformers import DeepseekV3ForCausalLM, LlamaForCausalLM
+
+from speculators_kimi.datagen import (
+    WeightPrefixError,
+    capture_hidden_states,
+    default_target_layer_ids,
+    find_decoder_prefix,
+    generate_hidden_states,
+    load_text_verifier,
+    plan_batches,
+)
+from speculators_kimi.kimi_tiny import TEXT_PREFIX, KimiTinySpec, build_kimi_tiny
+from speculators_kimi.tiny_verifier import (
+    TinyVerifierSpec,
+    build_dataset,
+    build_verifier,
+)
+
+CLI = [sys.executable, "-m", "speculators_kimi.datagen"]
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> tuple[Path, Path]:
+    """Tiny Llama verifier and its prepare-data dataset directory (no states)."""
+    out = tmp_path_factory.mktemp("llama")
+    spec = TinyVerifierSpec(num_samples=24)
+    verifier = build_verifier(spec, out / "verifier")
+    data = build_dataset(spec, verifier, out / "data")
+    return verifier, data
+
+
+@pytest.fixture(scope="module")
+def kimi(tmp_path_factory) -> Path:
+    return build_kimi_tiny(tmp_path_factory.mktemp("kimi") / "verifier")
+
+
+def _check_convention(model, n_layers: int) -> None:
+    ids = torch.randint(0, model.config.vocab_size, (2, 17))
+    layer_ids = [0, 2, n_layers // 2, n_layers]
+    hs, logits = capture_hidden_states(model, ids, layer_ids, return_logits=True)
+    assert hs.shape == (2, 17, len(layer_ids) + 1, model.config.hidden_size)
+    last = hs[:, :, -1]
+    # The last entry is the final hidden state before the norm ...
+    torch.testing.assert_close(model.lm_head(model.model.norm(last)), logits)
+    # ... id num_layers is the output of the last layer (the same tensor) ...
+    torch.testing.assert_close(hs[:, :, -2], last)
+    # ... and id i < num_layers is the residual stream entering layer i.
+    ref = model(ids, output_hidden_states=True).hidden_states
+    for k, i in enumerate(layer_ids[:-1]):
+        torch.testing.assert_close(hs[:, :, k], ref[i])
+    torch.testing.assert_close(hs[:, :, 0], model.model.embed_tokens(ids))
+
+
+def test_convention_flat_llama(llama):
+    verifier, _ = llama
+    model, cfg, prefix = load_text_verifier(verifier, dtype=torch.float32)
+    assert isinstance(model, LlamaForCausalLM)
+    assert prefix == "model."
+    ref = LlamaForCausalLM.from_pretrained(verifier, dtype=torch.float32)
+    for k, v in ref.state_dict().items():
+        assert torch.equal(model.state_dict()[k], v), k
+    _check_convention(model, cfg.num_hidden_layers)
+
+
+def test_convention_kimi_shaped(kimi):
+    model, cfg, prefix = load_text_verifier(kimi, dtype=torch.float32)
+    assert isinstance(model, DeepseekV3ForCausalLM)
+    assert prefix == TEXT_PREFIX + "model."
+    assert cfg.hidden_size == KimiTinySpec().hidden_size
+    assert cfg.first_k_dense_replace < cfg.num_hidden_layers  # MoE layers present
+    ckpt = load_file(kimi / "model.safetensors")
+    assert any(k.startswith("vision_tower.") for k in ckpt)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, ckpt[TEXT_PREFIX + k]), k
+    _check_convention(model, cfg.num_hidden_layers)
+
+
+def test_default_layer_ids_follow_upstream(kimi, llama):
+    assert default_target_layer_ids(kimi) == [2, 4, 5]
+    assert default_target_layer_ids(llama[0], [1, 3, 8]) == [1, 3, 8]
+    with pytest.raises(ValueError, match="distinct and within"):
+        default_target_layer_ids(llama[0], [1, 9])
+
+
+def test_prefix_resolution():
+    model = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
+    flat = set(model)
+    assert find_decoder_prefix(flat, model) == ("model.", "")
+    kimi = {TEXT_PREFIX + k for k in model} | {"vision_tower.norm.weight"}
+    assert find_decoder_prefix(kimi, model) == ("language_model.model.", TEXT_PREFIX)
+    v5_vlm = {
+        "model.language_model.embed_tokens.weight",
+        "model.language_model.norm.weight",
+        "model.vision_tower.norm.weight",
+    }
+    tied = {"lm_head.weight"}
+    assert find_decoder_prefix(v5_vlm, model, optional_keys=tied) == (
+        "model.language_model.",
+        "",
+    )
+    with pytest.raises(WeightPrefixError, match="several decoder prefixes"):
+        find_decoder_prefix(flat | kimi, model)
+    with pytest.raises(WeightPrefixError, match="lacks 1 key"):
+        find_decoder_prefix({"model.embed_tokens.weight", "lm_head.weight"}, model)
+    with pytest.raises(WeightPrefixError, match="no checkpoint tensor"):
+        find_decoder_prefix({"foo.weight"}, model)
+
+
+def test_plan_batches_is_by_length_and_bounded():
+    lengths = [5, 30, 7, 30, 12, 6]
+    batches = plan_batches(lengths, batch_size=2, max_batch_tokens=40)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    for b in batches:
+        assert len(b) <= 2
+        assert max(lengths[i] for i in b) * len(b) <= 40 or len(b) == 1
+    assert batches[0] == [1]  # 30 * 2 > 40
+
+
+def _snapshot(hs_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(hs_dir.iterdir())}
+
+
+def _run_cli(verifier: Path, data: Path, out: Path, *extra: str):
+    return run(
+        [
+            *CLI,
+            "--verifier",
+            str(verifier),
+            "--data-path",
+            str(data),
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            *extra,
+        ],
+        timeout=600,
+    )
+
+
+def test_cli_output_is_upstream_format_and_resume_is_byte_identical(llama, tmp_path):
+    verifier, data = llama
+    ref_dir = tmp_path / "ref"
+    proc = _run_cli(verifier, data, ref_dir, "--batch-size", "4")
+    assert "24 written" in proc.stdout
+    ref = _snapshot(ref_dir)
+    assert sorted(ref) == sorted(f"hs_{i}.safetensors" for i in range(24))
+
+    # Upstream's trainer reads these files unchanged.
+    from hs_connectors import FileTransfer
+    from speculators.train.data import ArrowDataset
+
+    ds = ArrowDataset(
+        max_len=512,
+        datapath=str(data),
+        transfer=FileTransfer(ref_dir),
+        on_missing="raise",
+    )
+    n_layers = default_target_layer_ids(verifier)
+    sample = ds[3]
+    assert not hasattr(sample, "reason"), sample
+    assert sample["hidden_states"].shape[1] == len(n_layers) * 64
+    assert sample["hidden_states"].dtype == torch.bfloat16
+
+    # Interrupted run: kill the CLI once the first files are on disk.
+    part = tmp_path / "part"
+    cmd = [
+        *CLI,
+        "--verifier",
+        str(verifier),
+        "--data-path",
+        str(data),
+        "--output-dir",
+        str(part),
+        "--no-progress",
+        "--batch-size",
+        "4",
+    ]
+    proc2 = subprocess.Popen(cmd, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc2.poll() is None:
+        if part.is_dir() and any(part.glob("hs_*.safetensors")):
+            os.killpg(proc2.pid, signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    proc2.wait()
+    written = sorted(part.glob("hs_*.safetensors"))
+    assert written, "the interrupted run wrote nothing"
+    # Damage what survived: a truncated file, a stale temp file, a file with the
+    # wrong token ids (valid safetensors), and a missing one.
+    names = sorted(ref)
+    (part / names[0]).write_bytes(ref[names[0]][:100])
+    (part / f".{names[1]}.tmp999").write_bytes(b"junk")
+    bad = load_file(ref_dir / names[2])
+    bad["token_ids"] = bad["token_ids"] + 1
+    from safetensors.torch import save_file
+
+    save_file(bad, str(part / names[2]))
+    (part / names[3]).unlink(missing_ok=True)
+
+    proc3 = _run_cli(verifier, data, part, "--batch-size", "4")
+    assert "written" in proc3.stdout
+    assert _snapshot(part) == ref
+
+    # A complete directory is left alone.
+    before = {p.name: p.stat().st_mtime_ns for p in part.iterdir()}
+    proc4 = _run_cli(verifier, data, part, "--batch-size", "4")
+    assert "0 written, 24 already complete" in proc4.stdout
+    assert {p.name: p.stat().st_mtime_ns for p in part.iterdir()} == before
+    with safe_open(str(part / names[5]), framework="pt") as f:
+        meta = f.metadata()
+    assert json.loads(meta["speculators_kimi"])["target_layer_ids"] == n_layers
+
+
+def test_context_length_error_names_the_sample(llama, tmp_path):
+    verifier, _ = llama
+    short = tmp_path / "verifier"
+    short.mkdir()
+    for p in verifier.iterdir():
+        (short / p.name).write_bytes(p.read_bytes())
+    cfg = json.loads((short / "config.json").read_text())
+    cfg["max_position_embeddings"] = 16
+    (short / "config.json").write_text(json.dumps(cfg))
+    data = tmp_path / "data"
+    rows = [list(range(10, 20)), list(range(10, 40)), list(range(10, 15))]
+    Dataset.from_dict(
+        {
+            "input_ids": rows,
+            "loss_mask": [[1] * len(r) for r in rows],
+            "seq_len": [len(r) for r in rows],
+        }
+    ).save_to_disk(str(data))
+    proc = run([*CLI, "--verifier", str(short), "--data-path", str(data)], check=False)
+    assert proc.returncode == 1
+    assert "sample 1 has 30 tokens" in proc.stderr
+    assert "max_position_embeddings=16" in proc.stderr
+    assert not any((data / "hidden_states").glob("hs_*"))
+
+
+def test_missing_weights_is_a_clear_error(kimi, tmp_path):
+    from safetensors.torch import save_file
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_bytes((kimi / "config.json").read_bytes())
+    tensors = load_file(kimi / "model.safetensors")
+    del tensors[TEXT_PREFIX + "model.layers.3.mlp.gate.weight"]
+    save_file(tensors, str(broken / "model.safetensors"))
+    with pytest.raises(WeightPrefixError, match=r"'language_model.model.' lacks 1"):
+        load_text_verifier(broken)
+
+
+def test_generate_in_process_matches_model(kimi, tmp_path):
+    """Hidden states written for a Kimi-shaped verifier equal an unbatched run."""
+    rows = [[2, 5, 9, 11, 40, 3], [2, 7, 7, 100, 200, 300, 400, 3, 5], [2, 8, 3]]
+    data = tmp_path / "data"
+    Dataset.from_dict(
+        {
+            "input_ids": rows,
+            "loss_mask": [[1] * len(r) for r in rows],
+            "seq_len": [len(r) for r in rows],
+        }
+    ).save_to_disk(str(data))
+    res = generate_hidden_states(
+        kimi, data, dtype="float32", device="cpu", batch_size=3, progress=False
+    )
+    assert res.written == 3
+    assert res.target_layer_ids == [2, 4, 5]
+    model, _, _ = load_text_verifier(kimi, dtype=torch.float32)
+    for i, ids in enumerate(rows):
+        got = load_file(data / "hidden_states" / f"hs_{i}.safetensors")
+        assert got["token_ids"].tolist() == ids
+        want, _ = capture_hidden_states(model, torch.tensor([ids]), [2, 4, 5])
+        torch.testing.assert_close(got["hidden_states"], want[0], atol=2e-5, rtol=1e-4)

@@ -1,0 +1,197 @@
+"""Zoo verifiers through our hidden-state generation and the standard trainer.
+
+Each member is a tiny random-weight checkpoint saved the way its family ships:
+flat Llama, Qwen3 with a tied head (no ``lm_head.weight`` on disk), Kimi-K2.5
+(``language_model.`` keys, ignored vision tower) and Gemma-3 (transformers-5
+``model.language_model.`` layout, tied head). For each: hidden states are
+generated, ``speculators train`` runs 2 steps, the checkpoint reloads, and the
+draft's frozen verifier tensors equal the verifier's own.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from helpers import run
+from safetensors.torch import load_file
+
+from speculators_kimi.datagen import generate_hidden_states, load_text_verifier
+from speculators_kimi.kimi_tiny import build_kimi_tiny
+from speculators_kimi.tiny_verifier import (
+    TinyVerifierSpec,
+    build_tokenizer,
+    build_verifier,
+)
+
+BIN = Path(sys.executable).parent
+STEPS = 2
+
+
+def _qwen3_tied(out: Path) -> Path:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    spec = TinyVerifierSpec()
+    tok = build_tokenizer(spec)
+    cfg = Qwen3Config(
+        vocab_size=spec.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=8,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(1)
+    Qwen3ForCausalLM(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    assert "lm_head.weight" not in load_file(out / "model.safetensors")
+    return out
+
+
+def _gemma3(out: Path) -> Path:
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3TextConfig,
+        SiglipVisionConfig,
+    )
+
+    spec = TinyVerifierSpec()
+    tok = build_tokenizer(spec)
+    text = Gemma3TextConfig(
+        vocab_size=spec.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=8,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+        sliding_window=32,
+        pad_token_id=tok.pad_token_id,
+    )
+    vision = SiglipVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=28,
+        patch_size=14,
+    )
+    cfg = Gemma3Config(
+        text_config=text,
+        vision_config=vision,
+        mm_tokens_per_image=1,
+        image_token_index=spec.vocab_size - 1,
+    )
+    torch.manual_seed(2)
+    Gemma3ForConditionalGeneration(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _llama(out: Path) -> Path:
+    return build_verifier(TinyVerifierSpec(), out)
+
+
+def _kimi(out: Path) -> Path:
+    return build_kimi_tiny(out)
+
+
+ZOO = {
+    "llama": _llama,
+    "qwen3-tied": _qwen3_tied,
+    "kimi-k25": _kimi,
+    "gemma3": _gemma3,
+}
+
+
+def _dataset(path: Path, vocab: int, n: int = 12) -> Path:
+    gen = torch.Generator().manual_seed(0)
+    rows, masks = [], []
+    for _ in range(n):
+        length = int(torch.randint(12, 40, (1,), generator=gen))
+        rows.append(torch.randint(8, vocab - 1, (length,), generator=gen).tolist())
+        masks.append([0] * 4 + [1] * (length - 4))
+    ds = Dataset.from_dict(
+        {"input_ids": rows, "loss_mask": masks, "seq_len": [len(r) for r in rows]}
+    )
+    ds.set_format("torch")  # as prepare-data leaves it
+    ds.save_to_disk(str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        "llama",
+        "qwen3-tied",
+        "kimi-k25",
+        pytest.param("gemma3", marks=pytest.mark.slow),
+    ],
+)
+def test_zoo_member_trains(member, tmp_path):
+    verifier = ZOO[member](tmp_path / "verifier")
+    model, text_cfg, _ = load_text_verifier(verifier, dtype=torch.float32)
+    data = _dataset(tmp_path / "data", text_cfg.vocab_size)
+    res = generate_hidden_states(verifier, data, progress=False)
+    assert res.written == 12
+
+    save = tmp_path / "run"
+    cmd = [
+        str(BIN / "speculators"),
+        "train",
+        "--verifier-name-or-path",
+        str(verifier),
+        "--data-path",
+        str(data),
+        "--speculator-type",
+        "eagle3",
+        "--total-seq-len",
+        "128",
+        "--epochs",
+        "1",
+        "--max-steps",
+        str(STEPS),
+        "--num-workers",
+        "0",
+        "--on-missing",
+        "raise",
+        "--save-path",
+        str(save / "checkpoints"),
+        "--log-dir",
+        str(save / "logs"),
+        "--no-resume-from-checkpoint",
+    ]
+    if member == "gemma3":
+        # Upstream resolves the mask token through AutoProcessor, which for
+        # Gemma-3 builds the image processor (needs torchvision); pass it instead.
+        cmd += ["--mask-token-id", str(text_cfg.vocab_size - 2)]
+    proc = run(cmd, cwd=tmp_path, timeout=900)
+    out = proc.stdout + proc.stderr
+    ckpt = save / "checkpoints" / "0"
+    state = json.loads((ckpt / "training_state.json").read_text())
+    assert state["global_step"] == STEPS, out[-3000:]
+    config = json.loads((ckpt / "config.json").read_text())
+    assert config["eagle_aux_hidden_state_layer_ids"] == res.target_layer_ids
+
+    from speculators import SpeculatorModel
+
+    draft = SpeculatorModel.from_pretrained(str(ckpt))
+    got = draft.state_dict()
+    truth = {
+        "embed_tokens.weight": model.get_input_embeddings().weight,
+        "verifier_lm_head.weight": model.get_output_embeddings().weight,
+    }
+    if member != "gemma3":  # Gemma's (1 + w) norm is converted by another unit
+        truth["verifier_norm.weight"] = model.model.norm.weight
+    for key, want in truth.items():
+        assert torch.equal(got[key], want.to(got[key].dtype)), f"{member}: {key}"
