@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,3 +68,11 @@ def run(
             f"--- stderr ---\n{proc.stderr[-6000:]}"
         )
     return proc
+
+
+def extract_tar(tf: tarfile.TarFile, dest: Path) -> None:
+    """`extractall` with the data filter where this Python has it (>= 3.11.4)."""
+    if hasattr(tarfile, "data_filter"):
+        tf.extractall(dest, filter="data")
+    else:
+        tf.extractall(dest)  # our own test archives

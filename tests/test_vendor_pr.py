@@ -9,7 +9,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, run
+from helpers import ROOT, extract_tar, run
 
 sys.path.insert(0, str(ROOT / "tools"))
 from vendorlib.pin import load_series
@@ -34,7 +34,7 @@ def vendor(project: Path, *args: str, check: bool = True):
 def fresh_pin_repo(sdist: Path, dest: Path) -> Path:
     """A fresh extraction of the pinned release as a one-commit git repository."""
     with tarfile.open(sdist) as tf:
-        tf.extractall(dest, filter="data")
+        extract_tar(tf, dest)
     (tree,) = dest.iterdir()
     git = ["git", "-c", "commit.gpgsign=false"]
     run([*git, "init", "-q", "-b", "main"], cwd=tree)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, run
+from helpers import ROOT, extract_tar, run
 
 sys.path.insert(0, str(ROOT / "tools"))
 from vendorlib.pin import Unit, load_series
@@ -27,7 +27,7 @@ def make_release(
     """The pinned sdist, edited by ``edit(tree)``, re-tarred as ``version``."""
     work = dest / "release-src"
     with tarfile.open(pinned) as tf:
-        tf.extractall(work, filter="data")
+        extract_tar(tf, work)
     (old_top,) = work.iterdir()
     old = re.sub(r"^speculators-", "", old_top.name)
     edit(old_top)

@@ -107,11 +107,25 @@ def obtain(
     return cached
 
 
+def _check_members(tf: tarfile.TarFile, sdist: Path) -> None:
+    """Refuse members that would land outside the target (older Pythons)."""
+    for member in tf.getmembers():
+        parts = Path(member.name).parts
+        if member.name.startswith("/") or ".." in parts:
+            raise VendorError(f"{sdist}: unsafe member path {member.name!r}")
+        if member.issym() or member.islnk() or member.isdev():
+            raise VendorError(f"{sdist}: unexpected link or device {member.name!r}")
+
+
 def extract(sdist: Path, dest: Path) -> Path:
     """Extract ``sdist`` so that its top directory's contents land in ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp, tarfile.open(sdist) as tf:
-        tf.extractall(tmp, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
+            tf.extractall(tmp, filter="data")
+        else:
+            _check_members(tf, sdist)
+            tf.extractall(tmp)  # members checked above
         tops = list(Path(tmp).iterdir())
         if len(tops) != 1 or not tops[0].is_dir():
             raise VendorError(f"{sdist}: expected one top-level directory")
