@@ -2,14 +2,19 @@
 
 Each member is a tiny random-weight checkpoint saved the way its family ships:
 flat Llama, Qwen3 with a tied head (no ``lm_head.weight`` on disk), Kimi-K2.5
-(``language_model.`` keys, ignored vision tower) and Gemma-3 (transformers-5
-``model.language_model.`` layout, tied head). For each: hidden states are
+(``language_model.`` keys, ignored vision tower), Gemma-3 (transformers-5
+``model.language_model.`` layout, tied head) and the members of
+:mod:`zoo_builders` (DeepSeek-V3 with an MTP layer, Kimi-K2.5 with remote code
+in the checkpoint, sharded Kimi-K2.5; its other builders are layouts that
+``speculators_kimi.datagen`` cannot read yet). For each: hidden states are
 generated, ``speculators train`` runs 2 steps, the checkpoint reloads, and the
-draft's frozen verifier tensors equal the verifier's own.
+draft's frozen embedding and head equal the verifier's own and its
+``verifier_norm`` computes the verifier's final norm.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from pathlib import Path
@@ -19,6 +24,7 @@ import torch
 from datasets import Dataset
 from helpers import run
 from safetensors.torch import load_file
+from zoo_builders import BUILDERS, Member
 
 from speculators_kimi.datagen import generate_hidden_states, load_text_verifier
 from speculators_kimi.kimi_tiny import build_kimi_tiny
@@ -106,12 +112,35 @@ def _kimi(out: Path) -> Path:
     return build_kimi_tiny(out)
 
 
+def _loaded(build):
+    """A member whose truth is the text model loaded from what ``build`` wrote."""
+
+    def member(out: Path) -> Member:
+        path = build(out)
+        model, _, _ = load_text_verifier(path, dtype=torch.float32)
+        embed = model.get_input_embeddings().weight
+        head = model.get_output_embeddings().weight
+        return Member(path, embed, head, model.model.norm)
+
+    return member
+
+
 ZOO = {
-    "llama": _llama,
-    "qwen3-tied": _qwen3_tied,
-    "kimi-k25": _kimi,
-    "gemma3": _gemma3,
+    "llama": _loaded(_llama),
+    "qwen3-tied": _loaded(_qwen3_tied),
+    "kimi-k25": _loaded(_kimi),
+    # Upstream resolves the mask token through AutoProcessor, which for Gemma-3
+    # builds the image processor (needs torchvision); pass it instead.
+    "gemma3": lambda out: _with_args(
+        _loaded(_gemma3)(out), "--mask-token-id", str(TinyVerifierSpec().vocab_size - 2)
+    ),
+    **BUILDERS,
 }
+
+
+def _with_args(member: Member, *args: str) -> Member:
+    member.train_args += args
+    return member
 
 
 def _dataset(path: Path, vocab: int, n: int = 12) -> Path:
@@ -133,15 +162,23 @@ def _dataset(path: Path, vocab: int, n: int = 12) -> Path:
     "member",
     [
         "llama",
-        "qwen3-tied",
         "kimi-k25",
-        pytest.param("gemma3", marks=pytest.mark.slow),
+        *(
+            pytest.param(name, marks=pytest.mark.slow)
+            for name in (
+                "qwen3-tied",
+                "gemma3",
+                "deepseek-v3-mtp",
+                "kimi-k25-remote",
+                "kimi-k25-sharded",
+            )
+        ),
     ],
 )
 def test_zoo_member_trains(member, tmp_path):
-    verifier = ZOO[member](tmp_path / "verifier")
-    model, text_cfg, _ = load_text_verifier(verifier, dtype=torch.float32)
-    data = _dataset(tmp_path / "data", text_cfg.vocab_size)
+    zoo = ZOO[member](tmp_path / "verifier")
+    verifier = zoo.path
+    data = _dataset(tmp_path / "data", int(zoo.embed.shape[0]))
     res = generate_hidden_states(verifier, data, progress=False)
     assert res.written == 12
 
@@ -171,10 +208,7 @@ def test_zoo_member_trains(member, tmp_path):
         str(save / "logs"),
         "--no-resume-from-checkpoint",
     ]
-    if member == "gemma3":
-        # Upstream resolves the mask token through AutoProcessor, which for
-        # Gemma-3 builds the image processor (needs torchvision); pass it instead.
-        cmd += ["--mask-token-id", str(text_cfg.vocab_size - 2)]
+    cmd += zoo.train_args
     proc = run(cmd, cwd=tmp_path, timeout=900)
     out = proc.stdout + proc.stderr
     ckpt = save / "checkpoints" / "0"
@@ -187,11 +221,18 @@ def test_zoo_member_trains(member, tmp_path):
 
     draft = SpeculatorModel.from_pretrained(str(ckpt))
     got = draft.state_dict()
-    truth = {
-        "embed_tokens.weight": model.get_input_embeddings().weight,
-        "verifier_lm_head.weight": model.get_output_embeddings().weight,
-    }
-    if member != "gemma3":  # Gemma's (1 + w) norm is converted by another unit
-        truth["verifier_norm.weight"] = model.model.norm.weight
+    truth = {"embed_tokens.weight": zoo.embed, "verifier_lm_head.weight": zoo.head}
     for key, want in truth.items():
         assert torch.equal(got[key], want.to(got[key].dtype)), f"{member}: {key}"
+    # The norm as a function (RMS, Gemma's x * (1 + w), LayerNorm with bias),
+    # against the verifier's own module with its weights in the draft's dtype.
+    norm = draft.verifier_norm
+    own = copy.deepcopy(zoo.norm).to(norm.weight.dtype).float()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, zoo.embed.shape[1], generator=gen)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            norm.float()(x), own(x), rtol=1e-5, atol=1e-5, msg=member
+        )
+    if zoo.marker is not None:
+        assert not zoo.marker.exists(), "checkpoint code was imported"
