@@ -8,8 +8,14 @@ vocabulary needs (embedding, selected head rows, final norm):
 
 * ``upstream``: ``speculators.utils.loading.load_model_layers`` (unchanged from
   0.9.0) followed by ``head[t2d]``, as upstream ``_load_verifier_weights`` does;
-* ``ours``: ``resolve_verifier_weights`` + ``load_verifier_tensors(head_rows=t2d)``
-  (head rows read with plain file reads of the selected rows only).
+* ``ours``: what ``DraftVocabMixin._load_verifier_weights`` now does:
+  ``resolve_verifier_weights`` + ``load_verifier_tensors(head_rows=t2d,
+  out={"embed": <embed param>, "head": <head param>})`` -- plain positional file
+  reads straight into the parameters (selected head rows only), NaN/inf-checked
+  chunk by chunk.
+
+Both sides start from the same draft parameters (allocated, untouched, before
+the timed region); upstream then copies into them as its call site does.
 
 Reports peak RSS (``VmHWM`` of the child) and wall time of each, and their ratios
 (ours / upstream), as JSON. Needs the patched package on the path, e.g.
@@ -114,7 +120,8 @@ def build_checkpoint(path: Path, vocab: int, hidden: int) -> None:
 CHILD = r"""
 import json, sys, time
 import torch
-mode, path, vocab, draft = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+mode, path = sys.argv[1], sys.argv[2]
+vocab, hidden, draft = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 from speculators.utils.loading import load_model_layers
 from speculators.utils.verifier_weights import (
     load_verifier_tensors, resolve_verifier_weights,
@@ -137,6 +144,11 @@ from speculators.utils.text_config import load_text_config
 load_text_config(path)
 t2d = torch.zeros(vocab, dtype=torch.bool)
 t2d[torch.randperm(vocab, generator=torch.Generator().manual_seed(0))[:draft]] = True
+# The draft's parameters exist before weights load (here untouched, so not yet
+# resident: both sides pay for the pages they write).
+embed_param = torch.empty(vocab, hidden, dtype=torch.bfloat16)
+head_param = torch.empty(draft, hidden, dtype=torch.bfloat16)
+norm_param = torch.empty(hidden, dtype=torch.bfloat16)
 # VmHWM/VmRSS are per address space (reset at exec); ru_maxrss is not (Linux
 # carries the parent's high-water mark across fork + exec).
 base = status("VmRSS")
@@ -147,15 +159,21 @@ if mode == "upstream":
     )
     embed, norm = w["embed_tokens.weight"], w["model.norm.weight"]
     head = w["lm_head.weight"][t2d, :]
+    loaded = time.perf_counter() - start
+    # What upstream's call site does next: copy into the draft's parameters.
+    embed_param.copy_(embed)
+    head_param.copy_(head)
+    norm_param.copy_(norm)
 else:
+    # What the call site (DraftVocabMixin._load_verifier_weights) does: read
+    # straight into the parameters (out=), only the selected head rows.
     spec = resolve_verifier_weights(path)
-    t = load_verifier_tensors(spec, head_rows=t2d)
-    embed, head, norm = t.embed, t.head, t.norm_weight
-loaded = time.perf_counter() - start
-# What the call site does next: copy into the draft's (bf16 here) parameters.
-embed_param = torch.empty_like(embed).copy_(embed)
-head_param = torch.empty_like(head).copy_(head)
-norm_param = torch.empty_like(norm).copy_(norm)
+    t = load_verifier_tensors(
+        spec, head_rows=t2d, out={"embed": embed_param, "head": head_param}
+    )
+    assert t.embed is embed_param and t.head is head_param
+    loaded = time.perf_counter() - start
+    norm_param.copy_(t.norm_weight)
 elapsed = time.perf_counter() - start
 peak = status("VmHWM")
 print(json.dumps({
@@ -171,9 +189,18 @@ print(json.dumps({
 """
 
 
-def run_child(mode: str, path: Path, vocab: int, draft: int) -> dict:
+def run_child(mode: str, path: Path, vocab: int, hidden: int, draft: int) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, mode, str(path), str(vocab), str(draft)],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            mode,
+            str(path),
+            str(vocab),
+            str(hidden),
+            str(draft),
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -206,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, list[dict]] = {"upstream": [], "ours": []}
         for _ in range(args.repeats):
             for mode in ("upstream", "ours"):
-                runs[mode].append(run_child(mode, ckpt, args.vocab, args.draft_vocab))
+                runs[mode].append(
+                    run_child(mode, ckpt, args.vocab, args.hidden, args.draft_vocab)
+                )
         summary = {}
         for mode, results in runs.items():
             summary[mode] = {
@@ -247,8 +276,10 @@ def main(argv: list[str] | None = None) -> int:
                 "page_cache": "warm",
             },
             "what_is_loaded": "embedding (full), head rows of the draft vocabulary, "
-            "final norm; then copied into owned tensors as the call site does "
-            "(wall_s / peak include the copy; load_only_wall_s excludes it)",
+            "final norm, into the draft's parameters (allocated untouched before "
+            "the timed region): upstream loads then copies (load_only_wall_s "
+            "excludes its copy), ours reads straight into them (out=), as the "
+            "patched call site does (load_only_wall_s == wall_s)",
             "config_prewarmed": "both children read the verifier config (as training "
             "does before loading weights) before the timed region",
             "note": "safetensors >= 0.4 get_tensor maps the file lazily, so "

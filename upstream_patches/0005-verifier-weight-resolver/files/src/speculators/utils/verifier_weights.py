@@ -27,17 +27,21 @@ is read -- using the verifier's text config:
 only the selected head rows when a draft vocabulary is used.
 """
 
+import concurrent.futures
 import contextlib
 import contextvars
 import json
 import math
+import os
 import re
 import struct
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from loguru import logger
 from transformers import PretrainedConfig
@@ -157,7 +161,6 @@ OVERRIDE_HINT = (
     "--verifier-embed-key / --verifier-head-key / --verifier-norm-key."
 )
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
-_ROW_CHUNK = 4096
 _HEADER_LENGTH_BYTES = 8
 
 
@@ -237,7 +240,7 @@ class VerifierWeightSpec:
 class VerifierTensors:
     """Loaded tensors; ``head`` holds only the requested rows when any were."""
 
-    embed: torch.Tensor
+    embed: torch.Tensor | None
     head: torch.Tensor
     norm_weight: torch.Tensor | None
     norm_bias: torch.Tensor | None
@@ -867,23 +870,80 @@ def resolve_verifier_weights(  # noqa: C901
 
 # --------------------------------------------------------------------- loading
 
+# Tensors are read with plain file reads (no memory map: a map's page faults would
+# add every touched page to the process RSS, and a copy into the destination would
+# double it) in pieces of this size, each checked for NaN/inf while still in cache
+# (1 MiB: the check then reads from L2).
+_READ_CHUNK_BYTES = 1 << 20
+
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+
+# NaN/inf test on the bit patterns, with two read-only max reductions (no float
+# conversion, no temporaries; numpy, vectorised): a value is NaN/inf iff its
+# exponent bits are all ones, i.e. its bits, read as a signed integer, are at
+# least ``threshold`` (positive NaN/+inf), or, read as unsigned, at least
+# ``threshold | sign bit`` (negative NaN/-inf) -- both ranges top their views.
+# FP8 E4M3 has no inf: its NaN is S.1111.111, the same test.
+_NONFINITE_BITS: dict[torch.dtype, tuple[type, type, int, int]] = {
+    torch.bfloat16: (np.int16, np.uint16, 0x7F80, 0xFF80),
+    torch.float16: (np.int16, np.uint16, 0x7C00, 0xFC00),
+    torch.float32: (np.int32, np.uint32, 0x7F80_0000, 0xFF80_0000),
+    torch.float64: (
+        np.int64,
+        np.uint64,
+        0x7FF0_0000_0000_0000,
+        0xFFF0_0000_0000_0000,
+    ),
+    torch.float8_e4m3fn: (np.int8, np.uint8, 0x7F, 0xFF),
+    torch.float8_e5m2: (np.int8, np.uint8, 0x7C, 0xFC),
+}
+
+
+def _nonfinite_error(key: str) -> VerifierWeightsError:
+    return VerifierWeightsError(
+        f"Verifier tensor '{key}' contains NaN or inf values; the checkpoint "
+        "is corrupt or was saved incorrectly."
+    )
+
+
+def _bits_finite(raw: np.ndarray, dtype: torch.dtype) -> bool:
+    """Whether the whole ``dtype`` elements in the uint8 array ``raw`` are finite."""
+    bits = _NONFINITE_BITS.get(dtype)
+    if bits is None or raw.size == 0:
+        return True
+    signed, unsigned, positive, negative = bits
+    return (
+        int(raw.view(signed).max()) < positive
+        and int(raw.view(unsigned).max()) < negative
+    )
+
 
 def _check_finite(tensor: torch.Tensor, key: str) -> None:
-    """Raise when ``tensor`` holds NaN/inf (checked in row blocks: no big temps)."""
-    if not tensor.is_floating_point():
+    """Raise when ``tensor`` holds NaN/inf (checked in pieces: no big temps)."""
+    if not tensor.is_floating_point() or tensor.numel() == 0:
         return
-    flat = tensor.reshape(tensor.shape[0], -1) if tensor.dim() else tensor.reshape(1)
-    for start in range(0, flat.shape[0], _ROW_CHUNK):
-        chunk = flat[start : start + _ROW_CHUNK]
-        # A float32 sum is finite unless a value is NaN/inf (or the sum overflows,
-        # which the exact check below rules out); much faster than isfinite.
-        if bool(torch.isfinite(chunk.sum(dtype=torch.float32))):
-            continue
-        if not bool(torch.isfinite(chunk).all()):
-            raise VerifierWeightsError(
-                f"Verifier tensor '{key}' contains NaN or inf values; the checkpoint "
-                "is corrupt or was saved incorrectly."
-            )
+    if (
+        tensor.dtype in _NONFINITE_BITS
+        and tensor.device.type == "cpu"
+        and tensor.is_contiguous()
+    ):
+        raw = tensor.detach().reshape(-1).view(torch.uint8).numpy()
+        for start in range(0, raw.size, _READ_CHUNK_BYTES):
+            if not _bits_finite(raw[start : start + _READ_CHUNK_BYTES], tensor.dtype):
+                raise _nonfinite_error(key)
+        return
+    flat = tensor.reshape(-1)
+    step = _READ_CHUNK_BYTES // tensor.element_size()
+    for start in range(0, flat.numel(), step):
+        if not bool(torch.isfinite(flat[start : start + step].float()).all()):
+            raise _nonfinite_error(key)
 
 
 def _dequantize_fp8(
@@ -898,16 +958,6 @@ def _dequantize_fp8(
     return weight.float() * col_scale
 
 
-_TORCH_DTYPES: dict[str, torch.dtype] = {
-    "BF16": torch.bfloat16,
-    "F16": torch.float16,
-    "F32": torch.float32,
-    "F64": torch.float64,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-}
-
-
 def _row_runs(unique: torch.Tensor) -> list[tuple[int, int]]:
     """``[start, end)`` runs of consecutive ids in a sorted, unique id tensor."""
     breaks = torch.nonzero(unique[1:] - unique[:-1] != 1).flatten() + 1
@@ -916,60 +966,224 @@ def _row_runs(unique: torch.Tensor) -> list[tuple[int, int]]:
     return list(zip(starts, ends, strict=True))
 
 
-def _read_rows_direct(path: Path, key: str, unique: torch.Tensor) -> torch.Tensor:
-    """Read rows with plain file reads into the output buffer.
+class _Shard:
+    """An open shard: plain positional file reads at header-given offsets."""
 
-    Unlike a memory map (whose page faults read ahead around every touched row,
-    paging in most of the tensor), only the selected rows' bytes are copied into
-    process memory; the rest stays in the page cache, outside the process RSS.
-    """
-    with path.open("rb", buffering=0) as file:
-        (length,) = struct.unpack("<Q", file.read(_HEADER_LENGTH_BYTES))
-        entry = json.loads(file.read(length).decode("utf-8"))[key]
+    def __init__(self, path: Path):
+        self.path = path
+        self.header = read_safetensors_header(path)
+        try:
+            self.file = path.open("rb", buffering=0)
+        except OSError as err:
+            raise VerifierWeightsError(
+                f"Cannot open verifier shard {path}: {err}"
+            ) from err
+        (length,) = struct.unpack("<Q", self.file.read(_HEADER_LENGTH_BYTES))
+        self.data_start = _HEADER_LENGTH_BYTES + length
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.file.close()
+
+    def readable(self, key: str) -> bool:
+        entry = self.header.get(key)
+        return entry is not None and entry["dtype"] in _TORCH_DTYPES
+
+    def read(  # noqa: C901
+        self,
+        key: str,
+        *,
+        rows: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+        check: bool = True,
+    ) -> torch.Tensor:
+        """Read ``key`` -- or only its ``rows`` (sorted, unique) -- into ``out``.
+
+        Without ``out`` a new tensor of the stored dtype is returned. With a CPU,
+        contiguous ``out`` of the stored dtype the bytes land in ``out`` directly;
+        otherwise each chunk passes through a chunk-sized buffer and is converted
+        into ``out``. Either way no second full-size copy exists. Chunks are read
+        (and checked for NaN/inf while in cache) by a few threads in parallel.
+        """
+        entry = self.header[key]
         dtype = _TORCH_DTYPES[entry["dtype"]]
-        shape = [int(dim) for dim in entry["shape"]]
-        out = torch.empty((unique.numel(), *shape[1:]), dtype=dtype)
-        row_bytes = out[0].numel() * out.element_size()
-        base = _HEADER_LENGTH_BYTES + length + int(entry["data_offsets"][0])
-        buffer = memoryview(out.view(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
-        position = 0
-        for start, end in _row_runs(unique):
-            size = (end - start) * row_bytes
-            file.seek(base + start * row_bytes)
-            view = buffer[position : position + size]
-            done = 0
-            while done < size:
-                got = file.readinto(view[done:])
-                if not got:
-                    raise VerifierWeightsError(
-                        f"Truncated verifier shard {path} while reading '{key}'."
+        shape = tuple(int(dim) for dim in entry["shape"])
+        start, end = (int(offset) for offset in entry["data_offsets"])
+        item = torch.empty((), dtype=dtype).element_size()
+        if end - start != math.prod(shape) * item:
+            raise VerifierWeightsError(
+                f"Corrupt safetensors header in {self.path}: '{key}' has "
+                f"{end - start} bytes for shape {list(shape)} {entry['dtype']}. "
+                "Re-download it."
+            )
+        base = self.data_start + start
+        if rows is None:
+            out_shape = shape
+            runs = [(base, end - start)]
+        else:
+            if len(shape) < 1:
+                raise VerifierWeightsError(f"Cannot select rows of scalar '{key}'.")
+            row_bytes = math.prod(shape[1:]) * item
+            out_shape = (rows.numel(), *shape[1:])
+            runs = [
+                (base + first * row_bytes, (last - first) * row_bytes)
+                for first, last in (_row_runs(rows) if rows.numel() else [])
+            ]
+        if out is not None and tuple(out.shape) != out_shape:
+            raise VerifierWeightsError(
+                f"Destination for verifier tensor '{key}' has shape "
+                f"{list(out.shape)}, expected {list(out_shape)}."
+            )
+        if out is not None and not out.is_contiguous():
+            with torch.no_grad():
+                out.copy_(self.read(key, rows=rows, check=check))
+            return out
+        target = torch.empty(out_shape, dtype=dtype) if out is None else out
+        flat = target.detach().reshape(-1)
+        direct = flat.dtype == dtype and flat.device.type == "cpu"
+        raw = flat.view(torch.uint8).numpy() if direct else None
+        local = threading.local()
+
+        def run(pieces: list[tuple[int, int, int]], first: int, last: int) -> None:
+            # pieces: (file offset, destination byte, bytes), filling [first, last)
+            if raw is not None:
+                chunk = raw[first:last]
+            else:
+                if getattr(local, "buffer", None) is None:
+                    local.buffer = np.empty(_READ_CHUNK_BYTES, dtype=np.uint8)
+                chunk = local.buffer[: last - first]
+            view = memoryview(chunk)  # type: ignore[arg-type]
+            for offset, at, size in pieces:
+                self._pread(view[at - first : at - first + size], offset, key)
+            if check and not _bits_finite(chunk, dtype):
+                raise _nonfinite_error(key)
+            if raw is None:
+                with torch.no_grad():
+                    flat[first // item : last // item].copy_(
+                        torch.from_numpy(chunk).view(dtype)
                     )
-                done += got
-            position += size
-    return out
+
+        _run_parallel(run, _plan_chunks(runs))
+        return target
+
+    def _pread(self, view: memoryview, offset: int, key: str) -> None:
+        done = 0
+        while done < len(view):
+            if _HAS_PREADV:
+                got = os.preadv(self.file.fileno(), [view[done:]], offset + done)
+            else:  # pragma: no cover - platforms without preadv
+                with self._lock:
+                    self.file.seek(offset + done)
+                    got = self.file.readinto(view[done:]) or 0
+            if not got:
+                raise VerifierWeightsError(
+                    f"Truncated verifier shard {self.path} while reading '{key}'."
+                )
+            done += got
+
+
+_HAS_PREADV = hasattr(os, "preadv")
+
+
+def _plan_chunks(
+    runs: list[tuple[int, int]],
+) -> list[tuple[list[tuple[int, int, int]], int, int]]:
+    """Split ``(file offset, bytes)`` runs, laid out back to back in the
+    destination, into chunks of at most ``_READ_CHUNK_BYTES`` destination bytes.
+    """
+    chunks: list[tuple[list[tuple[int, int, int]], int, int]] = []
+    pieces: list[tuple[int, int, int]] = []
+    first = pos = 0
+    for offset, size in runs:
+        done = 0
+        while done < size:
+            count = min(_READ_CHUNK_BYTES - (pos - first), size - done)
+            pieces.append((offset + done, pos, count))
+            pos += count
+            done += count
+            if pos - first == _READ_CHUNK_BYTES:
+                chunks.append((pieces, first, pos))
+                pieces, first = [], pos
+    if pieces:
+        chunks.append((pieces, first, pos))
+    return chunks
+
+
+def _run_parallel(function: Any, chunks: list[tuple[Any, ...]]) -> None:
+    """``function(*chunk)`` for every chunk, on up to ``_READ_THREADS`` threads.
+
+    File reads and numpy/torch work release the GIL, so the threads overlap. Each
+    thread takes one contiguous run of chunks (its own part of the destination:
+    no two threads fault pages in, or write, the same region).
+    """
+    workers = min(_READ_THREADS, len(chunks))
+    if workers <= 1:
+        for chunk in chunks:
+            function(*chunk)
+        return
+
+    def run_part(part: list[tuple[Any, ...]]) -> None:
+        for chunk in part:
+            function(*chunk)
+
+    bounds = [len(chunks) * worker // workers for worker in range(workers + 1)]
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        futures = [
+            pool.submit(run_part, chunks[bounds[worker] : bounds[worker + 1]])
+            for worker in range(workers)
+        ]
+        for future in futures:
+            future.result()
+
+
+# Threads reading one tensor: reads are mostly kernel copies and page faults, so
+# a few threads help even on few CPUs.
+_READ_THREADS = 4
 
 
 def _read_rows(
-    handle: Any, path: Path, info: TensorInfo, rows: torch.Tensor
+    shard: _Shard,
+    info: TensorInfo,
+    rows: torch.Tensor,
+    out: torch.Tensor | None,
+    check: bool,
 ) -> torch.Tensor:
     """Read only ``rows`` (any order, repeats allowed) of a 2-D tensor."""
-    rows = rows.to(torch.long).flatten()
     total = info.shape[0]
-    if rows.numel() == 0:
-        return torch.empty((0, *info.shape[1:]))
-    if int(rows.min()) < 0 or int(rows.max()) >= total:
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= total):
         raise VerifierWeightsError(f"Row index out of range for '{info.key}'.")
+    if bool((rows[1:] > rows[:-1]).all()):
+        # Sorted and unique (e.g. from a draft-vocabulary mask): read in place.
+        return shard.read(info.key, rows=rows, out=out, check=check)
     unique, inverse = torch.unique(rows, sorted=True, return_inverse=True)
-    if info.dtype in _TORCH_DTYPES and path.is_file():
-        picked = _read_rows_direct(path, info.key, unique)
-    else:
-        # One safetensors slice per run of adjacent rows.
-        sliced = handle.get_slice(info.key)
-        parts = [sliced[start:end] for start, end in _row_runs(unique)]
-        picked = torch.cat(parts) if len(parts) > 1 else parts[0]
-    if unique.numel() == rows.numel() and bool((unique == rows).all()):
-        return picked
-    return picked[inverse]
+    picked = shard.read(info.key, rows=unique, check=check)
+    if out is None:
+        return picked[inverse]
+    with torch.no_grad():
+        out.copy_(picked[inverse])
+    return out
+
+
+def _read_fallback(
+    shard: _Shard, key: str, rows: torch.Tensor | None, out: torch.Tensor | None
+) -> torch.Tensor:
+    """Read a tensor of a dtype plain reads do not handle, through safetensors."""
+    from safetensors import safe_open  # noqa: PLC0415
+
+    try:
+        handle_ctx = safe_open(str(shard.path), framework="pt", device="cpu")
+    except Exception as err:
+        raise VerifierWeightsError(
+            f"Cannot open verifier shard {shard.path}: {err}"
+        ) from err
+    with handle_ctx as handle:
+        tensor = handle.get_tensor(key)
+        tensor = tensor[rows] if rows is not None else tensor.clone()
+    if out is None:
+        return tensor
+    with torch.no_grad():
+        out.copy_(tensor)
+    return out
 
 
 def load_verifier_tensors(  # noqa: C901
@@ -977,65 +1191,105 @@ def load_verifier_tensors(  # noqa: C901
     *,
     head_rows: torch.Tensor | None = None,
     load_norm: bool = True,
+    load_embed: bool = True,
+    out: Mapping[str, torch.Tensor] | None = None,
     revision: str | None = None,
 ) -> VerifierTensors:
     """Load the resolved tensors, reading only the shards that hold them.
+
+    Tensors are read with plain file reads (no memory map), each piece checked
+    for NaN/inf as it arrives. Pass ``out`` to read straight into existing
+    tensors (e.g. the draft's parameters): then only one copy of the embedding
+    ever exists in memory.
 
     :param spec: the result of :func:`resolve_verifier_weights`.
     :param head_rows: target-vocabulary ids to keep from the head (a draft
         vocabulary: a bool mask over the vocabulary or a list of ids); only those
         rows are read. None keeps the full head.
     :param load_norm: whether to load the final norm.
+    :param load_embed: whether to load the embedding (``embed`` is None if not).
+    :param out: destinations by role, ``"embed"`` and/or ``"head"``: tensors of
+        the loaded shape (the head's: ``[len(head_rows), hidden]``), any dtype
+        and device; values are converted into them and they are returned as
+        ``embed`` / ``head``.
     :param revision: the Hub revision.
-    :returns: the tensors; an FP8 head comes back dequantized to float32.
-    :raises VerifierWeightsError: on non-finite values or unreadable formats.
+    :returns: the tensors; an FP8 head comes back dequantized to float32 (or
+        converted into ``out["head"]``).
+    :raises VerifierWeightsError: on non-finite values (naming the key),
+        unreadable or truncated shards, or a destination of the wrong shape.
     """
-    from safetensors import safe_open  # noqa: PLC0415
+    destinations = dict(out or {})
+    unknown = set(destinations) - {"embed", "head"}
+    if unknown:
+        raise ValueError(f"Unknown destination roles {sorted(unknown)}.")
+    rows: torch.Tensor | None = None
+    if head_rows is not None:
+        if head_rows.dtype == torch.bool:
+            rows = torch.nonzero(head_rows.cpu(), as_tuple=False).flatten()
+        else:
+            rows = head_rows.cpu().to(torch.long).flatten()
+    shards: dict[str, _Shard] = {}
 
-    if head_rows is not None and head_rows.dtype == torch.bool:
-        head_rows = torch.nonzero(head_rows, as_tuple=False).flatten()
-    roles: list[tuple[str, TensorInfo | None]] = [
-        ("embed", spec.embed),
-        ("head", None if spec.head.key == spec.embed.key else spec.head),
-        ("head_scale", spec.head_scale),
-    ]
-    if load_norm:
-        roles += [("norm", spec.norm), ("norm_bias", spec.norm_bias)]
-    wanted: dict[str, list[tuple[str, TensorInfo]]] = {}
-    for role, info in roles:
-        if info is not None:
-            wanted.setdefault(info.shard, []).append((role, info))
-    loaded: dict[str, torch.Tensor] = {}
-    for shard, shard_roles in wanted.items():
-        path = _resolve_file(spec.source, shard, revision)
-        try:
-            handle_ctx = safe_open(str(path), framework="pt", device="cpu")
-        except Exception as err:
-            raise VerifierWeightsError(
-                f"Cannot open verifier shard {path}: {err}"
-            ) from err
-        with handle_ctx as handle:
-            for role, info in shard_roles:
-                if role == "head" and head_rows is not None:
-                    # Only the selected rows, read in bounded chunks.
-                    loaded[role] = _read_rows(handle, Path(path), info, head_rows)
-                else:
-                    loaded[role] = handle.get_tensor(info.key)
-    embed = loaded["embed"]
-    _check_finite(embed, spec.embed.key)
-    if "head" in loaded:
-        head = loaded.pop("head")
-    else:
-        # Tied: the head is the embedding (already loaded in full).
-        head = embed if head_rows is None else embed[head_rows]
-    if spec.head_scale is not None:
-        head = _dequantize_fp8(head, loaded["head_scale"], head_rows)
-    _check_finite(head, spec.head.key)
-    norm_weight = loaded.get("norm")
-    norm_bias = loaded.get("norm_bias")
-    for tensor, info in ((norm_weight, spec.norm), (norm_bias, spec.norm_bias)):
-        if tensor is not None and info is not None:
-            _check_finite(tensor, info.key)
+    def shard_of(info: TensorInfo) -> _Shard:
+        if info.shard not in shards:
+            shards[info.shard] = _Shard(
+                Path(_resolve_file(spec.source, info.shard, revision))
+            )
+        return shards[info.shard]
+
+    def read(
+        info: TensorInfo,
+        *,
+        rows: torch.Tensor | None = None,
+        dest: torch.Tensor | None = None,
+        check: bool = True,
+    ) -> torch.Tensor:
+        shard = shard_of(info)
+        if not shard.readable(info.key):
+            tensor = _read_fallback(shard, info.key, rows, dest)
+            if check:
+                _check_finite(tensor, info.key)
+            return tensor
+        if rows is not None:
+            return _read_rows(shard, info, rows, dest, check)
+        return shard.read(info.key, out=dest, check=check)
+
+    try:
+        embed = None
+        if load_embed:
+            embed = read(spec.embed, dest=destinations.get("embed"))
+        head_dest = destinations.get("head")
+        fp8 = spec.head_scale is not None
+        if (
+            not fp8
+            and rows is None
+            and head_dest is None
+            and spec.head.key == spec.embed.key
+            and embed is not None
+            and embed.dtype == _TORCH_DTYPES.get(spec.embed.dtype)
+        ):
+            head = embed  # tied, full head: the embedding as loaded
+        elif spec.head_scale is not None:
+            weight = read(spec.head, rows=rows, check=False)
+            scale = read(spec.head_scale)
+            head = _dequantize_fp8(weight, scale, rows)
+            del weight
+            _check_finite(head, spec.head.key)
+            if head_dest is not None:
+                with torch.no_grad():
+                    head = head_dest.copy_(head)
+        else:
+            # Tied heads with selected rows read those rows of the embedding key.
+            head = read(spec.head, rows=rows, dest=head_dest)
+        norm_weight = norm_bias = None
+        if load_norm:
+            if spec.norm is not None:
+                norm_weight = read(spec.norm)
+            if spec.norm_bias is not None:
+                norm_bias = read(spec.norm_bias)
+    finally:
+        for shard in shards.values():
+            shard.close()
     return VerifierTensors(embed, head, norm_weight, norm_bias)
 
 

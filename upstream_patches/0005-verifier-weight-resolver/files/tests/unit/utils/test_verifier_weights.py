@@ -342,3 +342,58 @@ def test_bf16_rows_any_order_and_repeats(tmp_path):
     head = load_verifier_tensors(spec, head_rows=rows).head
     assert head.dtype == torch.bfloat16
     assert torch.equal(head, tensors["lm_head.weight"][rows])
+
+
+def test_load_into_destinations_single_copy(zoo):
+    """out= fills the given tensors in place (any dtype) and returns them."""
+    entry = zoo["kimi_k25_sharded"]
+    spec = resolve_verifier_weights(entry.path)
+    mask = torch.zeros(verifiers.VOCAB, dtype=torch.bool)
+    mask[::3] = True
+    embed = torch.full_like(entry.embed, float("nan"))
+    head = torch.full((int(mask.sum()), verifiers.HIDDEN), float("nan"))
+    head = head.to(torch.float64)  # a different dtype: converted chunk by chunk
+    tensors = load_verifier_tensors(
+        spec, head_rows=mask, out={"embed": embed, "head": head}
+    )
+    assert tensors.embed is embed
+    assert tensors.head is head
+    assert torch.equal(embed, entry.embed)
+    assert torch.equal(head, entry.head[mask].to(torch.float64))
+    skipped = load_verifier_tensors(spec, head_rows=mask, load_embed=False)
+    assert skipped.embed is None
+    assert torch.equal(skipped.head, entry.head[mask])
+    with pytest.raises(VerifierWeightsError, match="Destination.*shape"):
+        load_verifier_tensors(spec, out={"embed": torch.empty(3, 3)})
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64]
+)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_error_nonfinite_embed_names_key(tmp_path, dtype, bad):
+    tensors = _minimal()
+    embed = torch.randn(verifiers.VOCAB, verifiers.HIDDEN).to(dtype)
+    embed[verifiers.VOCAB - 1, 2] = bad
+    tensors["model.embed_tokens.weight"] = embed
+    spec = resolve_verifier_weights(_flat(tmp_path, tensors))
+    with pytest.raises(VerifierWeightsError, match="'model.embed_tokens.weight'.*NaN"):
+        load_verifier_tensors(spec)
+    with pytest.raises(VerifierWeightsError, match="'model.embed_tokens.weight'.*NaN"):
+        load_verifier_tensors(spec, out={"embed": torch.empty_like(embed).float()})
+
+
+def test_bit_level_finite_check_is_exact():
+    from speculators.utils.verifier_weights import _bits_finite  # noqa: PLC0415
+
+    for dtype in (torch.bfloat16, torch.float16):
+        values = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+        values = values.view(dtype)
+        raw = values.view(torch.uint8).numpy()
+        got = [_bits_finite(raw[2 * i : 2 * i + 2], dtype) for i in range(65536)]
+        assert got == torch.isfinite(values.float()).tolist()
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        values = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype)
+        raw = values.view(torch.uint8).numpy()
+        got = [_bits_finite(raw[i : i + 1], dtype) for i in range(256)]
+        assert got == torch.isfinite(values.float()).tolist()
