@@ -12,12 +12,17 @@ entering decoder layer ``i`` (``i == num_layers``: the output of the last layer)
 the last entry is the final hidden state *before* the final norm, so
 ``lm_head(norm(last))`` is the verifier's own logits.
 
-Nested verifiers (Kimi-K2.5, Qwen-VL, Gemma-3, ...) run text-only: the text config
-comes from :func:`speculators.utils.text_config.load_text_config` (no remote code
-unless asked), the text model is built with ``AutoModelForCausalLM.from_config`` and
-its tensors are read, and only those, from the checkpoint under the decoder prefix
-``P`` for which ``P + key`` exists for every key of the text model's state dict
-(``language_model.`` for Kimi-K2.5, ``""`` for flat verifiers).
+Nested verifiers (Kimi-K2.5, Qwen-VL, Qwen-Omni, Llama-4, Gemma-3, ...) run
+text-only: the text config comes from
+:func:`speculators.utils.text_config.load_text_config` (no remote code unless
+asked), and only the text **decoder** is built (the base model: embedding, layers,
+final norm; hidden states need no output head). Its weights are read by
+transformers' ``from_pretrained`` from the checkpoint keys under the decoder prefix
+``P`` for which ``P + key`` exists, with the decoder's shapes, for every decoder
+key (``language_model.model.`` for Kimi-K2.5, ``model.`` for Llama, ``transformer.``
+for Falcon, ``thinker.model.`` for Qwen2.5-Omni), so transformers' load-time
+conversions apply (the Hub's per-expert MoE weights are fused). Other tensors
+(vision / audio / talker towers, output heads, MTP layers) stay out of the model.
 
 Generation is resumable: finished files are checked (header shapes, dtype, layer
 ids and token ids) and kept; missing, truncated or stale ones are redone. Files are
@@ -29,8 +34,12 @@ writes the same bytes as an uninterrupted one.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
+import inspect
 import json
 import os
+import re
 import sys
 import warnings
 from dataclasses import dataclass
@@ -39,10 +48,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from transformers import PretrainedConfig, PreTrainedModel
 
@@ -110,11 +119,24 @@ def _prefix_candidates(ckpt: set[str], key: str) -> list[str]:
 
 
 def _fitting(
-    ckpt: set[str], keys: Sequence[str], anchor: str
+    ckpt: set[str],
+    keys: Sequence[str],
+    anchor: str,
+    shapes: tuple[Mapping[str, tuple], Mapping[str, tuple]] | None = None,
 ) -> tuple[list[str], dict[str, list[str]]]:
     fits, misses = [], {}
     for prefix in _prefix_candidates(ckpt, anchor):
         missing = [k for k in keys if prefix + k not in ckpt]
+        if not missing and shapes is not None:
+            ckpt_shapes, model_shapes = shapes
+            missing = [
+                f"{k} (shape {tuple(model_shapes[k])}, not "
+                f"{tuple(ckpt_shapes[prefix + k])})"
+                for k in keys
+                if k in model_shapes
+                and prefix + k in ckpt_shapes
+                and tuple(ckpt_shapes[prefix + k]) != tuple(model_shapes[k])
+            ]
         if missing:
             misses[prefix] = missing
         else:
@@ -128,6 +150,8 @@ def find_decoder_prefix(
     *,
     optional_keys: Iterable[str] = (),
     base_prefix: str = "model.",
+    checkpoint_shapes: Mapping[str, tuple] | None = None,
+    model_shapes: Mapping[str, tuple] | None = None,
 ) -> tuple[str, str]:
     """Where the text model's weights live in the checkpoint.
 
@@ -141,6 +165,9 @@ def find_decoder_prefix(
     :param checkpoint_keys: tensor names in the checkpoint.
     :param model_keys: the text model's state-dict keys.
     :param optional_keys: keys that may be absent (a tied output head).
+    :param checkpoint_shapes: tensor shapes in the checkpoint; with
+        ``model_shapes`` (the text model's, by model key), a prefix whose tensors
+        have other shapes does not fit (Qwen2.5-Omni's talker next to its thinker).
     :raises WeightPrefixError: nothing or several things fit; the message lists
         the candidates and what each one lacks.
     """
@@ -152,7 +179,17 @@ def find_decoder_prefix(
     if not base:
         raise WeightPrefixError("the text model has no decoder weights to load")
     anchor = next((k for k in base if k.endswith("embed_tokens.weight")), base[0])
-    fits, misses = _fitting(ckpt, base, anchor)
+    shapes = None
+    if checkpoint_shapes is not None and model_shapes is not None:
+        shapes = (
+            checkpoint_shapes,
+            {
+                k[len(base_prefix) :]: v
+                for k, v in model_shapes.items()
+                if k.startswith(base_prefix)
+            },
+        )
+    fits, misses = _fitting(ckpt, base, anchor, shapes)
     if not fits:
         if not misses:
             raise WeightPrefixError(
@@ -164,8 +201,8 @@ def find_decoder_prefix(
         )
         raise WeightPrefixError(
             f"no decoder prefix holds every text-model weight. Candidates: {details}. "
-            "Per-expert or quantized checkpoint layouts are not read by this loader; "
-            "use upstream's vLLM hidden-state path for them."
+            "Quantized checkpoint layouts are not read by this loader; use "
+            "upstream's vLLM hidden-state path for them."
         )
     if len(fits) > 1:
         # Prefer the shallowest: per-layer copies (MTP) or towers nest deeper.
@@ -193,12 +230,82 @@ def find_decoder_prefix(
     return decoder, head_fits[0]
 
 
-def _tied_keys(model: PreTrainedModel) -> set[str]:
-    """State-dict keys that are tied to another weight (may be absent on disk)."""
-    tied = getattr(model, "_tied_weights_keys", None) or {}
-    if not getattr(model.config, "tie_word_embeddings", False):
-        return set()
-    return set(tied if isinstance(tied, dict) else tied)
+def _converted_patterns(model: PreTrainedModel) -> list[re.Pattern[str]]:
+    """Model keys that transformers' load-time conversions produce (fused experts).
+
+    Such keys have no literal counterpart in a checkpoint that keeps the Hub's
+    layout (``mlp.experts.<e>.gate_proj.weight`` ...), so they are left out of the
+    prefix search; transformers converts them while loading.
+    """
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+
+        transforms = get_model_conversion_mapping(model)
+    except Exception:
+        return []
+    patterns = []
+    for transform in transforms or []:
+        for target in getattr(transform, "target_patterns", None) or []:
+            text = re.escape(str(target)).replace(r"\*", r"[^.]+").replace(r"\$", "$")
+            patterns.append(re.compile(text))
+    return patterns
+
+
+def _decoder_class(
+    text_config: PretrainedConfig, *, trust_remote_code: bool
+) -> type[PreTrainedModel]:
+    """The class of the text decoder (base model, no output head) for the config."""
+    from transformers import AutoModel, AutoModelForCausalLM, PreTrainedModel
+    from transformers.initialization import no_init_weights
+
+    errors = []
+    with no_init_weights(), torch.device("meta"):
+        for auto in (AutoModel, AutoModelForCausalLM):
+            try:
+                model = auto.from_config(
+                    text_config, trust_remote_code=trust_remote_code
+                )
+            except ValueError as err:
+                errors.append(str(err).splitlines()[0])
+                continue
+            return type(model.base_model)
+    # A text config without Auto mapping (Qwen2.5-Omni's thinker text model): the
+    # model class of the same transformers module that takes exactly this config.
+    module = sys.modules.get(
+        type(text_config).__module__.replace(".configuration_", ".modeling_")
+    )
+    if module is None:
+        with contextlib.suppress(ImportError):
+            module = importlib.import_module(
+                type(text_config).__module__.replace(".configuration_", ".modeling_")
+            )
+    found = (
+        [
+            cls
+            for cls in vars(module).values()
+            if isinstance(cls, type)
+            and issubclass(cls, PreTrainedModel)
+            and getattr(cls, "config_class", None) is type(text_config)
+            and cls.__name__.endswith("Model")
+        ]
+        if module is not None
+        else []
+    )
+    if len(found) == 1:
+        return found[0]
+    raise TypeError(
+        f"no text decoder class for {type(text_config).__name__} "
+        f"(model_type {text_config.model_type!r}): {'; '.join(errors)}"
+    )
+
+
+def _checkpoint_shapes(path: Path, weight_map: dict[str, str]) -> dict[str, tuple]:
+    shapes: dict[str, tuple] = {}
+    for file in sorted(set(weight_map.values())):
+        with safe_open(str(path / file), framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
+                shapes[key] = tuple(f.get_slice(key).get_shape())
+    return shapes
 
 
 def load_text_verifier(
@@ -209,15 +316,22 @@ def load_text_verifier(
     trust_remote_code: bool = False,
     weight_prefix: str | None = None,
 ) -> tuple[PreTrainedModel, PretrainedConfig, str]:
-    """The verifier's text model with its checkpoint weights, in eval mode.
+    """The verifier's text decoder (no output head) with its weights, in eval mode.
 
-    :returns: ``(model, text_config, decoder_prefix)``; ``decoder_prefix`` is where
-        the text model's ``model.`` keys live (``language_model.model.`` for
-        Kimi-K2.5, ``model.`` for flat verifiers).
+    Hidden states need only the decoder: the embedding, the layers and the final
+    norm. The decoder class comes from the text config (``AutoModel``, else the
+    base model of ``AutoModelForCausalLM``, else the model class of the config's
+    own transformers module); its weights are read by transformers from the
+    checkpoint keys under the decoder prefix, so transformers' load-time key
+    conversions apply (per-expert MoE weights fused, ...). Tensors outside the
+    prefix (vision / audio / talker towers, output heads) are not used.
+
+    :returns: ``(decoder, text_config, decoder_prefix)``; ``decoder_prefix`` is
+        where the decoder's keys live (``language_model.model.`` for Kimi-K2.5,
+        ``model.`` for Llama, ``transformer.`` for Falcon).
+    :raises WeightPrefixError: the decoder weights are not (all) in the checkpoint.
     """
     from speculators.utils.text_config import load_text_config
-    from transformers import AutoModelForCausalLM
-    from transformers.initialization import no_init_weights
 
     path = Path(verifier)
     if not path.is_dir():
@@ -226,72 +340,96 @@ def load_text_verifier(
             "`hf download`)"
         )
     text_config = load_text_config(str(path), trust_remote_code=trust_remote_code)
-    with no_init_weights(), torch.device(device):
-        model = AutoModelForCausalLM.from_config(
-            text_config, dtype=dtype, trust_remote_code=trust_remote_code
-        )
-    model_keys = list(model.state_dict().keys())
-    optional = _tied_keys(model)
+    from transformers.initialization import no_init_weights
+
+    cls = _decoder_class(text_config, trust_remote_code=trust_remote_code)
+    with no_init_weights(), torch.device("meta"):
+        skeleton = cls(text_config)
+    shapes = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    converted = _converted_patterns(skeleton)
+    del skeleton
+    literal = [k for k in shapes if not any(p.search(k) for p in converted)]
     weight_map = _checkpoint_weight_map(path)
-    base = f"{model.base_model_prefix}."
     if weight_prefix is None:
-        decoder, head = find_decoder_prefix(
-            weight_map, model_keys, optional_keys=optional, base_prefix=base
+        ckpt_shapes = _checkpoint_shapes(path, weight_map)
+        decoder, _ = find_decoder_prefix(
+            weight_map,
+            [f"model.{k}" for k in literal],
+            checkpoint_shapes=ckpt_shapes,
+            model_shapes={f"model.{k}": shapes[k] for k in literal},
         )
     else:
-        decoder, head = weight_prefix, ""
-        if weight_prefix.endswith(base):
-            head = weight_prefix[: -len(base)]
+        decoder = weight_prefix
+        absent = [decoder + k for k in literal if decoder + k not in weight_map]
+        if absent:
+            raise WeightPrefixError(
+                f"weight prefix {decoder!r}: {len(absent)} text-model weight(s) "
+                f"missing from the checkpoint, e.g. {absent[:3]}"
+            )
+    from transformers.utils import logging as hf_logging
 
-    def ckpt_key(key: str) -> str:
-        return decoder + key[len(base) :] if key.startswith(base) else head + key
-
-    missing = [
-        k for k in model_keys if k not in optional and ckpt_key(k) not in weight_map
+    key_mapping = {f"^{re.escape(decoder)}": ""} if decoder else None
+    # Tensors outside the decoder are "unexpected" by design; keep the log quiet.
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        loaded: Any = cls.from_pretrained(
+            str(path),
+            config=text_config,
+            dtype=dtype,
+            key_mapping=key_mapping,
+            device_map=None if str(device) == "cpu" else {"": str(device)},
+            trust_remote_code=trust_remote_code,
+            output_loading_info=True,
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model, info = loaded
+    missing = list(info.get("missing_keys") or []) + [
+        str(k) for k in info.get("mismatched_keys") or []
     ]
     if missing:
         raise WeightPrefixError(
-            f"weight prefix {decoder!r}: {len(missing)} text-model weight(s) "
-            f"missing from the checkpoint, e.g. {[ckpt_key(k) for k in missing[:3]]}"
+            f"weight prefix {decoder!r}: {len(missing)} text-model weight(s) not "
+            f"loaded from the checkpoint, e.g. {sorted(missing)[:3]}"
         )
-    prefix = decoder
-    by_file: dict[str, list[str]] = {}
-    for key in model_keys:
-        if ckpt_key(key) in weight_map:
-            by_file.setdefault(weight_map[ckpt_key(key)], []).append(key)
-    state: dict[str, torch.Tensor] = {}
-    for file, keys in by_file.items():
-        with safe_open(str(path / file), framework="pt", device="cpu") as f:
-            for key in keys:
-                state[key] = f.get_tensor(ckpt_key(key))
-    own = model.state_dict()
-    for key, tensor in state.items():
-        if tuple(tensor.shape) != tuple(own[key].shape):
-            raise WeightPrefixError(
-                f"checkpoint tensor {ckpt_key(key)} has shape {tuple(tensor.shape)}, "
-                f"the text model expects {tuple(own[key].shape)}"
-            )
-    model.load_state_dict(state, strict=False, assign=False)
-    if optional - state.keys():
-        model.tie_weights()
     model.eval()
-    return model, text_config, prefix
+    return model, text_config, decoder
 
 
 # --------------------------------------------------------------------------- capture
 
+_LAYER_NAMES = ("layers", "h", "blocks", "layer")
+_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "norm_f", "final_layernorm")
+
 
 def _decoder_parts(
-    model: PreTrainedModel,
+    model: torch.nn.Module,
 ) -> tuple[torch.nn.ModuleList, torch.nn.Module]:
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    layers = getattr(decoder, "layers", None)
-    norm = getattr(decoder, "norm", None)
-    if layers is None or norm is None:
+    """The decoder layer list and final norm of a base model or a ``*ForCausalLM``."""
+    base: torch.nn.Module = getattr(model, "base_model", model)
+    inner = getattr(base, "language_model", None)  # a multimodal base model
+    if isinstance(inner, torch.nn.Module) and not hasattr(base, "layers"):
+        base = inner
+    n_layers = getattr(getattr(base, "config", None), "num_hidden_layers", None)
+    layers = [
+        getattr(base, name)
+        for name in _LAYER_NAMES
+        if isinstance(getattr(base, name, None), torch.nn.ModuleList)
+        and (n_layers is None or len(getattr(base, name)) == n_layers)
+    ]
+    norms = [
+        getattr(base, name)
+        for name in _NORM_NAMES
+        if isinstance(getattr(base, name, None), torch.nn.Module)
+    ]
+    if len(layers) != 1 or len(norms) != 1:
         raise TypeError(
-            f"{type(model).__name__}: expected a decoder with `.layers` and `.norm`"
+            f"{type(model).__name__}: expected a decoder with one layer list "
+            f"({'/'.join(_LAYER_NAMES)}) of num_hidden_layers={n_layers} layers and "
+            f"one final norm ({'/'.join(_NORM_NAMES)})"
         )
-    return layers, norm
+    return layers[0], norms[0]
 
 
 @torch.no_grad()
@@ -330,12 +468,17 @@ def capture_hidden_states(
             raise ValueError(f"layer id {i} > number of layers {len(layers)}")
         handles.append(module.register_forward_pre_hook(grab(i), with_kwargs=True))
     handles.append(norm.register_forward_pre_hook(grab(final_key), with_kwargs=True))
+    kwargs: dict[str, Any] = {}
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        kwargs["logits_to_keep"] = 0 if return_logits else 1
+    elif return_logits:
+        raise TypeError(f"{type(model).__name__} has no output head for logits")
     try:
         out = model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             use_cache=False,
-            logits_to_keep=0 if return_logits else 1,
+            **kwargs,
         )
     finally:
         for h in handles:
@@ -423,8 +566,10 @@ def _is_complete(
 
 
 def _write_atomic(path: Path, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    # Serialized here and written under our own temporary name: save_file's own
+    # temporary file (``.tmpXXXXXX``) would survive a killed run.
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    save_file(tensors, str(tmp), metadata=meta)
+    tmp.write_bytes(save(tensors, metadata=meta))
     tmp.replace(path)
 
 

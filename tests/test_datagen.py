@@ -16,7 +16,12 @@ from datasets import Dataset
 from helpers import run
 from safetensors import safe_open
 from safetensors.torch import load_file
-from transformers import DeepseekV3ForCausalLM, LlamaForCausalLM
+from transformers import (
+    DeepseekV3ForCausalLM,
+    DeepseekV3Model,
+    LlamaForCausalLM,
+    LlamaModel,
+)
 
 from speculators_kimi.datagen import (
     WeightPrefixError,
@@ -52,45 +57,56 @@ def kimi(tmp_path_factory) -> Path:
     return build_kimi_tiny(tmp_path_factory.mktemp("kimi") / "verifier")
 
 
-def _check_convention(model, n_layers: int) -> None:
-    ids = torch.randint(0, model.config.vocab_size, (2, 17))
+def _check_convention(decoder, full, n_layers: int) -> None:
+    """``decoder``: what datagen loads; ``full``: the verifier with its head."""
+    ids = torch.randint(0, full.config.vocab_size, (2, 17))
     layer_ids = [0, 2, n_layers // 2, n_layers]
-    hs, logits = capture_hidden_states(model, ids, layer_ids, return_logits=True)
-    assert hs.shape == (2, 17, len(layer_ids) + 1, model.config.hidden_size)
+    hs, _ = capture_hidden_states(decoder, ids, layer_ids)
+    assert hs.shape == (2, 17, len(layer_ids) + 1, full.config.hidden_size)
+    # A *ForCausalLM captures the same states and returns its logits.
+    hs_full, logits = capture_hidden_states(full, ids, layer_ids, return_logits=True)
+    torch.testing.assert_close(hs_full, hs)
     last = hs[:, :, -1]
     # The last entry is the final hidden state before the norm ...
-    torch.testing.assert_close(model.lm_head(model.model.norm(last)), logits)
+    torch.testing.assert_close(full.lm_head(full.model.norm(last)), logits)
     # ... id num_layers is the output of the last layer (the same tensor) ...
     torch.testing.assert_close(hs[:, :, -2], last)
     # ... and id i < num_layers is the residual stream entering layer i.
-    ref = model(ids, output_hidden_states=True).hidden_states
+    ref = full(ids, output_hidden_states=True).hidden_states
     for k, i in enumerate(layer_ids[:-1]):
         torch.testing.assert_close(hs[:, :, k], ref[i])
-    torch.testing.assert_close(hs[:, :, 0], model.model.embed_tokens(ids))
+    torch.testing.assert_close(hs[:, :, 0], full.model.embed_tokens(ids))
+    with pytest.raises(TypeError, match="no output head"):
+        capture_hidden_states(decoder, ids, layer_ids, return_logits=True)
 
 
 def test_convention_flat_llama(llama):
     verifier, _ = llama
     model, cfg, prefix = load_text_verifier(verifier, dtype=torch.float32)
-    assert isinstance(model, LlamaForCausalLM)
+    assert isinstance(model, LlamaModel)  # the decoder only: no output head
     assert prefix == "model."
     ref = LlamaForCausalLM.from_pretrained(verifier, dtype=torch.float32)
-    for k, v in ref.state_dict().items():
+    assert model.state_dict().keys() == ref.model.state_dict().keys()
+    for k, v in ref.model.state_dict().items():
         assert torch.equal(model.state_dict()[k], v), k
-    _check_convention(model, cfg.num_hidden_layers)
+    _check_convention(model, ref, cfg.num_hidden_layers)
 
 
 def test_convention_kimi_shaped(kimi):
     model, cfg, prefix = load_text_verifier(kimi, dtype=torch.float32)
-    assert isinstance(model, DeepseekV3ForCausalLM)
+    assert isinstance(model, DeepseekV3Model)
     assert prefix == TEXT_PREFIX + "model."
     assert cfg.hidden_size == KimiTinySpec().hidden_size
     assert cfg.first_k_dense_replace < cfg.num_hidden_layers  # MoE layers present
     ckpt = load_file(kimi / "model.safetensors")
     assert any(k.startswith("vision_tower.") for k in ckpt)
     for k, v in model.state_dict().items():
-        assert torch.equal(v, ckpt[TEXT_PREFIX + k]), k
-    _check_convention(model, cfg.num_hidden_layers)
+        assert torch.equal(v, ckpt[prefix + k]), k
+    full = DeepseekV3ForCausalLM(cfg).eval()
+    full.load_state_dict(
+        {k: ckpt[TEXT_PREFIX + k] for k in full.state_dict()}, strict=True
+    )
+    _check_convention(model, full, cfg.num_hidden_layers)
 
 
 def test_default_layer_ids_follow_upstream(kimi, llama):
@@ -122,6 +138,13 @@ def test_prefix_resolution():
         find_decoder_prefix({"model.embed_tokens.weight", "lm_head.weight"}, model)
     with pytest.raises(WeightPrefixError, match="no checkpoint tensor"):
         find_decoder_prefix({"foo.weight"}, model)
+    # Same keys, other shapes (Qwen2.5-Omni's talker beside its thinker).
+    two = {f"{t}.{k}" for t in ("talker", "thinker") for k in model}
+    shapes = {k: (9, 4) if k.startswith("talker.model.embed") else (5, 4) for k in two}
+    want = dict.fromkeys(model, (5, 4))
+    assert find_decoder_prefix(
+        two, model, checkpoint_shapes=shapes, model_shapes=want
+    ) == ("thinker.model.", "thinker.")
 
 
 def test_plan_batches_is_by_length_and_bounded():

@@ -4,12 +4,15 @@ Each member is a tiny random-weight checkpoint saved the way its family ships:
 flat Llama, Qwen3 with a tied head (no ``lm_head.weight`` on disk), Kimi-K2.5
 (``language_model.`` keys, ignored vision tower), Gemma-3 (transformers-5
 ``model.language_model.`` layout, tied head) and the members of
-:mod:`zoo_builders` (DeepSeek-V3 with an MTP layer, Kimi-K2.5 with remote code
-in the checkpoint, sharded Kimi-K2.5; its other builders are layouts that
-``speculators_kimi.datagen`` cannot read yet). For each: hidden states are
-generated, ``speculators train`` runs 2 steps, the checkpoint reloads, and the
-draft's frozen embedding and head equal the verifier's own and its
-``verifier_norm`` computes the verifier's final norm.
+:mod:`zoo_builders` (DeepSeek-V3 with an MTP layer, fused or in the Hub's
+per-expert layout; GPT-NeoX; Falcon with a tied head; Qwen2.5-VL; Llama-4;
+Qwen2.5-Omni with a talker decoder; Kimi-K2.5 with remote code in the checkpoint,
+sharded Kimi-K2.5). For each: the captured states follow vLLM's convention
+against the verifier's own forward (float32), hidden states are generated,
+``speculators train`` runs 2 steps, the checkpoint reloads, and the draft's
+frozen embedding and head equal the verifier's own and its ``verifier_norm``
+computes the verifier's final norm (GPT-NeoX and Falcon included: unit
+``0007-draft-geometry-without-kv-heads``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,11 @@ from helpers import run
 from safetensors.torch import load_file
 from zoo_builders import BUILDERS, Member
 
-from speculators_kimi.datagen import generate_hidden_states, load_text_verifier
+from speculators_kimi.datagen import (
+    capture_hidden_states,
+    generate_hidden_states,
+    load_text_verifier,
+)
 from speculators_kimi.kimi_tiny import build_kimi_tiny
 from speculators_kimi.tiny_verifier import (
     TinyVerifierSpec,
@@ -112,15 +119,41 @@ def _kimi(out: Path) -> Path:
     return build_kimi_tiny(out)
 
 
-def _loaded(build):
-    """A member whose truth is the text model loaded from what ``build`` wrote."""
+def _causal_lm(path: Path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def _kimi_lm(path: Path):
+    from speculators.utils.text_config import load_text_config
+    from transformers import DeepseekV3ForCausalLM
+
+    return DeepseekV3ForCausalLM.from_pretrained(
+        path,
+        config=load_text_config(str(path)),
+        key_mapping={r"^language_model\.": ""},
+        dtype=torch.float32,
+    ).eval()
+
+
+def _gemma3_lm(path: Path):
+    from transformers import Gemma3ForConditionalGeneration
+
+    return Gemma3ForConditionalGeneration.from_pretrained(
+        path, dtype=torch.float32
+    ).eval()
+
+
+def _loaded(build, load=_causal_lm, norm=lambda m: m.model.norm):
+    """A member whose truth is the verifier transformers loads from what we wrote."""
 
     def member(out: Path) -> Member:
         path = build(out)
-        model, _, _ = load_text_verifier(path, dtype=torch.float32)
-        embed = model.get_input_embeddings().weight
-        head = model.get_output_embeddings().weight
-        return Member(path, embed, head, model.model.norm)
+        model = load(path)
+        embed = model.get_input_embeddings().weight.detach()
+        head = model.get_output_embeddings().weight.detach()
+        return Member(path, embed, head, norm(model), model=model)
 
     return member
 
@@ -128,11 +161,13 @@ def _loaded(build):
 ZOO = {
     "llama": _loaded(_llama),
     "qwen3-tied": _loaded(_qwen3_tied),
-    "kimi-k25": _loaded(_kimi),
+    "kimi-k25": _loaded(_kimi, _kimi_lm),
     # Upstream resolves the mask token through AutoProcessor, which for Gemma-3
     # builds the image processor (needs torchvision); pass it instead.
     "gemma3": lambda out: _with_args(
-        _loaded(_gemma3)(out), "--mask-token-id", str(TinyVerifierSpec().vocab_size - 2)
+        _loaded(_gemma3, _gemma3_lm, lambda m: m.model.language_model.norm)(out),
+        "--mask-token-id",
+        str(TinyVerifierSpec().vocab_size - 2),
     ),
     **BUILDERS,
 }
@@ -158,6 +193,36 @@ def _dataset(path: Path, vocab: int, n: int = 12) -> Path:
     return path
 
 
+def _check_convention(zoo: Member, layer_ids: list[int]) -> None:
+    """vLLM's convention, against the verifier's own forward and output head."""
+    decoder, cfg, _ = load_text_verifier(zoo.path, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(8, int(zoo.embed.shape[0]) - 1, (2, 13), generator=gen)
+    ids_all = [0, *layer_ids, cfg.num_hidden_layers]
+    hs, _ = capture_hidden_states(decoder, ids, ids_all)
+    assert zoo.model is not None
+    with torch.no_grad():
+        ref = zoo.model(input_ids=ids, output_hidden_states=True)
+        logits = torch.nn.functional.linear(zoo.norm(hs[:, :, -1]), zoo.head)
+    torch.testing.assert_close(logits, ref.logits, rtol=1e-4, atol=1e-4)
+    for k, i in enumerate(ids_all[:-1]):
+        torch.testing.assert_close(hs[:, :, k], ref.hidden_states[i])
+    torch.testing.assert_close(hs[:, :, -2], hs[:, :, -1])
+
+
+# LayerNorm-family verifiers without num_key_value_heads / rms_norm_eps.
+LAYERNORM_FAMILY = ("gpt-neox", "falcon")
+
+
+def _generate(member: str, tmp_path: Path):
+    zoo = ZOO[member](tmp_path / "verifier")
+    data = _dataset(tmp_path / "data", int(zoo.embed.shape[0]))
+    res = generate_hidden_states(zoo.path, data, progress=False)
+    assert res.written == 12
+    _check_convention(zoo, res.target_layer_ids)
+    return zoo, data, res
+
+
 @pytest.mark.parametrize(
     "member",
     [
@@ -169,18 +234,20 @@ def _dataset(path: Path, vocab: int, n: int = 12) -> Path:
                 "qwen3-tied",
                 "gemma3",
                 "deepseek-v3-mtp",
+                "deepseek-v3-per-expert",
+                "qwen2.5-vl",
+                "llama4",
+                "qwen2.5-omni",
                 "kimi-k25-remote",
                 "kimi-k25-sharded",
+                *LAYERNORM_FAMILY,
             )
         ),
     ],
 )
 def test_zoo_member_trains(member, tmp_path):
-    zoo = ZOO[member](tmp_path / "verifier")
+    zoo, data, res = _generate(member, tmp_path)
     verifier = zoo.path
-    data = _dataset(tmp_path / "data", int(zoo.embed.shape[0]))
-    res = generate_hidden_states(verifier, data, progress=False)
-    assert res.written == 12
 
     save = tmp_path / "run"
     cmd = [

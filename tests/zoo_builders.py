@@ -60,6 +60,8 @@ class Member:
     train_args: list[str] = field(default_factory=list)
     # Written if (and only if) code shipped in the checkpoint was imported.
     marker: Path | None = None
+    # The instantiated verifier (text path) with its output head, for logits.
+    model: torch.nn.Module | None = None
 
 
 def _spec() -> TinyVerifierSpec:
@@ -99,7 +101,7 @@ def _perturb_norms(model: torch.nn.Module, seed: int) -> None:
 def _member(path: Path, model: Any, norm: torch.nn.Module, **kw: Any) -> Member:
     embed = model.get_input_embeddings().weight.detach().clone()
     head = model.get_output_embeddings().weight.detach().clone()
-    return Member(path, embed, head, norm, **kw)
+    return Member(path, embed, head, norm, model=model, **kw)
 
 
 def _finish(path: Path, tok: Any) -> None:
@@ -140,7 +142,8 @@ def deepseek_v3_mtp(out: Path, *, per_expert: bool = False) -> Member:
     """DeepSeek-V3 (MLA + MoE) with an MTP layer ``model.layers.<N>.*`` on disk.
 
     ``per_expert``: keep the Hub's per-expert layout that ``save_pretrained``
-    writes (not readable by ``speculators_kimi.datagen``); default: fused experts.
+    writes (``mlp.experts.<e>.gate_proj.weight`` ..., what DeepSeek-V3 and
+    Kimi-K2.5 ship); default: transformers' fused-expert layout.
     """
     from transformers import DeepseekV3ForCausalLM
 
@@ -156,7 +159,7 @@ def deepseek_v3_mtp(out: Path, *, per_expert: bool = False) -> Member:
     tensors = load_file(out / "model.safetensors")
     if not per_expert:
         # transformers' own (fused-expert) layout; save_pretrained writes the
-        # Hub's per-expert ``mlp.experts.<e>.*`` keys, which datagen cannot read.
+        # Hub's per-expert ``mlp.experts.<e>.*`` keys.
         tensors = {k: v.clone() for k, v in model.state_dict().items()}
     # The MTP module: a full decoder layer plus its own embed/head/norms, all
     # shaped like the verifier's (what a suffix or shape match could pick).
@@ -294,8 +297,10 @@ def qwen2_5_omni(out: Path) -> Member:
 
     tok = build_tokenizer(_spec())
     vocab = _spec().vocab_size
+    # Head dim 16: the default M-RoPE sections [16, 24, 24] need head dim 128.
+    rope = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
     thinker_cfg = Qwen2_5OmniThinkerConfig(
-        text_config=_dense(tok),
+        text_config=_dense(tok, rope_parameters=rope),
         audio_config={
             "d_model": 32,
             "encoder_layers": 1,
@@ -415,6 +420,7 @@ def kimi_k25_sharded(out: Path) -> Member:
 
 BUILDERS: dict[str, Callable[[Path], Member]] = {
     "deepseek-v3-mtp": deepseek_v3_mtp,
+    "deepseek-v3-per-expert": lambda out: deepseek_v3_mtp(out, per_expert=True),
     "gpt-neox": gpt_neox,
     "falcon": falcon,
     "qwen2.5-vl": qwen2_5_vl,
