@@ -1,11 +1,34 @@
-"""`speculators-kimi`: our command line (version, doctor, hidden states, demo)."""
+"""`speculators-kimi`: our command line (version, doctor, hidden states, demo).
+
+Each subcommand lives in its own module, which provides ``add_arguments(parser)``
+and ``run(args) -> int``; a module (and torch with it) is imported only when its
+command is the one asked for, so ``--version`` and ``--help`` stay fast.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from collections.abc import Sequence
 
 from . import PATCHES, UPSTREAM_NAME, UPSTREAM_VERSION, __version__
+
+#: name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "doctor": (
+        "speculators_kimi.doctor",
+        "check a verifier checkpoint before training (reads no tensors)",
+    ),
+    "generate-hidden-states": (
+        "speculators_kimi.datagen",
+        "compute hidden states for the offline trainer with transformers",
+    ),
+    "demo": (
+        "speculators_kimi.demo",
+        "train an EAGLE-3 draft on a tiny Kimi-K2.5-shaped verifier (CPU ok)",
+    ),
+}
 
 
 def version_text() -> str:
@@ -17,7 +40,8 @@ def version_text() -> str:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only the ``selected`` subcommand's module is imported."""
     parser = argparse.ArgumentParser(
         prog="speculators-kimi",
         description="Tools around the patched speculators distribution.",
@@ -28,37 +52,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="print our version, the upstream pin and the applied patch units",
     )
     commands = parser.add_subparsers(dest="command")
-    doctor_parser = commands.add_parser(
-        "doctor",
-        help="check a verifier checkpoint before training (reads no tensors)",
-        description="Report the text config, the verifier weights training would "
-        "load, the draft config and memory estimate, and every problem with its "
-        "fix. Exits 1 when there is a problem.",
-    )
-    from .datagen import register_generate_hidden_states
-    from .demo import register_demo
-    from .doctor import add_arguments
-
-    add_arguments(doctor_parser)
-    register_generate_hidden_states(commands)
-    register_demo(commands)
+    for name, (module_name, help_text) in COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        if name == selected:
+            module = importlib.import_module(module_name)
+            module.add_arguments(sub)
+            sub.set_defaults(func=module.run)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    selected = next((a for a in argv if a in COMMANDS), None)
+    parser = build_parser(selected)
     args = parser.parse_args(argv)
     if args.version:
         print(version_text())
         return 0
-    if args.command == "doctor":
-        from .doctor import run
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return int(args.func(args))
 
-        return run(args)
-    if hasattr(args, "func"):
-        return int(args.func(args))
-    parser.print_help(sys.stderr)
-    return 2
+
+def command_main(name: str, argv: Sequence[str] | None = None) -> int:
+    """``python -m <module>`` of a subcommand: ``speculators-kimi NAME ...``."""
+    return main([name, *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -65,7 +65,6 @@ __all__ = [
     "load_text_verifier",
     "main",
     "plan_batches",
-    "register_generate_hidden_states",
 ]
 
 HS_DIRNAME = "hidden_states"
@@ -794,26 +793,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_generate_hidden_states(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``generate-hidden-states`` to an ``add_subparsers()`` object."""
-    parser = subparsers.add_parser(
-        "generate-hidden-states",
-        help="compute hidden states for the offline trainer with transformers",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-    )
-    add_arguments(parser)
-    parser.set_defaults(func=run)
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m speculators_kimi.datagen ...``."""
-    parser = argparse.ArgumentParser(
-        prog="speculators-kimi generate-hidden-states",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``python -m speculators_kimi.datagen``: the generate-hidden-states command."""
+    from .cli import command_main
+
+    return command_main("generate-hidden-states", argv)
 
 
 if __name__ == "__main__":

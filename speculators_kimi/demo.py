@@ -39,7 +39,6 @@ __all__ = [
     "DemoSettings",
     "load_conversations",
     "main",
-    "register_demo",
     "run_demo",
     "train_argv",
 ]
@@ -310,26 +309,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_demo(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``demo`` to an ``add_subparsers()`` object."""
-    parser = subparsers.add_parser(
-        "demo",
-        help="train an EAGLE-3 draft on a tiny Kimi-K2.5-shaped verifier (CPU ok)",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-    )
-    add_arguments(parser)
-    parser.set_defaults(func=run)
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m speculators_kimi.demo ...``."""
-    parser = argparse.ArgumentParser(
-        prog="speculators-kimi demo",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``python -m speculators_kimi.demo ...`` (same as ``speculators-kimi demo``)."""
+    from .cli import command_main
+
+    return command_main("demo", argv)
 
 
 if __name__ == "__main__":

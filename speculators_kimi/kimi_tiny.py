@@ -160,10 +160,4 @@ def build_kimi_tiny(
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save_pretrained(out_dir)
-    # transformers maps model_type kimi_k25 to a processor whose image part needs
-    # torchvision; text-only tools (prepare-data's AutoProcessor) get the tokenizer.
-    tok_cfg = out_dir / "tokenizer_config.json"
-    data = json.loads(tok_cfg.read_text())
-    data["processor_class"] = "PreTrainedTokenizerFast"
-    tok_cfg.write_text(json.dumps(data, indent=2) + "\n")
     return out_dir

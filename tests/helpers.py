@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
 from vendorlib.pin import load_pin  # noqa: E402
-from vendorlib.sdist import obtain  # noqa: E402
+from vendorlib.sdist import extract_all, obtain  # noqa: E402
 
 
 def pinned_sdist() -> Path:
@@ -71,8 +71,5 @@ def run(
 
 
 def extract_tar(tf: tarfile.TarFile, dest: Path) -> None:
-    """`extractall` with the data filter where this Python has it (>= 3.11.4)."""
-    if hasattr(tarfile, "data_filter"):
-        tf.extractall(dest, filter="data")
-    else:
-        tf.extractall(dest)  # our own test archives
+    """Extract a test archive the way the vendoring code extracts an sdist."""
+    extract_all(tf, dest, Path(str(tf.name or "archive")))

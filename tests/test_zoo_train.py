@@ -27,7 +27,7 @@ import torch
 from datasets import Dataset
 from helpers import run
 from safetensors.torch import load_file
-from zoo_builders import BUILDERS, Member
+from zoo_builders import BUILDERS, Member, dense_text
 
 from speculators_kimi.datagen import (
     capture_hidden_states,
@@ -50,18 +50,7 @@ def _qwen3_tied(out: Path) -> Path:
 
     spec = TinyVerifierSpec()
     tok = build_tokenizer(spec)
-    cfg = Qwen3Config(
-        vocab_size=spec.vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=8,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        pad_token_id=tok.pad_token_id,
-    )
+    cfg = Qwen3Config(**dense_text(tok, head_dim=16, tie_word_embeddings=True))
     torch.manual_seed(1)
     Qwen3ForCausalLM(cfg).save_pretrained(out)
     tok.save_pretrained(out)
@@ -80,16 +69,7 @@ def _gemma3(out: Path) -> Path:
     spec = TinyVerifierSpec()
     tok = build_tokenizer(spec)
     text = Gemma3TextConfig(
-        vocab_size=spec.vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=8,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=1024,
-        sliding_window=32,
-        pad_token_id=tok.pad_token_id,
+        **dense_text(tok, head_dim=16, sliding_window=32, tie_word_embeddings=True)
     )
     vision = SiglipVisionConfig(
         hidden_size=32,
@@ -162,20 +142,9 @@ ZOO = {
     "llama": _loaded(_llama),
     "qwen3-tied": _loaded(_qwen3_tied),
     "kimi-k25": _loaded(_kimi, _kimi_lm),
-    # Upstream resolves the mask token through AutoProcessor, which for Gemma-3
-    # builds the image processor (needs torchvision); pass it instead.
-    "gemma3": lambda out: _with_args(
-        _loaded(_gemma3, _gemma3_lm, lambda m: m.model.language_model.norm)(out),
-        "--mask-token-id",
-        str(TinyVerifierSpec().vocab_size - 2),
-    ),
+    "gemma3": _loaded(_gemma3, _gemma3_lm, lambda m: m.model.language_model.norm),
     **BUILDERS,
 }
-
-
-def _with_args(member: Member, *args: str) -> Member:
-    member.train_args += args
-    return member
 
 
 def _dataset(path: Path, vocab: int, n: int = 12) -> Path:

@@ -33,6 +33,7 @@ __all__ = [
     "BUILDERS",
     "Member",
     "deepseek_v3_mtp",
+    "dense_text",
     "falcon",
     "gpt_neox",
     "kimi_k25_remote",
@@ -68,7 +69,8 @@ def _spec() -> TinyVerifierSpec:
     return TinyVerifierSpec()
 
 
-def _dense(tok: Any, **overrides: Any) -> dict[str, Any]:
+def dense_text(tok: Any, **overrides: Any) -> dict[str, Any]:
+    """Keyword arguments of a tiny dense text config (hidden 64, 8 layers, GQA 4/2)."""
     values: dict[str, Any] = {
         "vocab_size": _spec().vocab_size,
         "hidden_size": HIDDEN,
@@ -190,7 +192,7 @@ def gpt_neox(out: Path) -> Member:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     tok = build_tokenizer(_spec())
-    d = _dense(tok)
+    d = dense_text(tok)
     d.pop("num_key_value_heads")
     torch.manual_seed(13)
     model = GPTNeoXForCausalLM(GPTNeoXConfig(**d)).eval()
@@ -205,7 +207,7 @@ def falcon(out: Path) -> Member:
     from transformers import FalconConfig, FalconForCausalLM
 
     tok = build_tokenizer(_spec())
-    d = _dense(tok, tie_word_embeddings=True)
+    d = dense_text(tok, tie_word_embeddings=True)
     for key in ("intermediate_size", "num_key_value_heads"):
         d.pop(key)
     torch.manual_seed(14)
@@ -230,7 +232,7 @@ def qwen2_5_vl(out: Path) -> Member:
         "intermediate_size": 64,
         "out_hidden_size": HIDDEN,
     }
-    text = _dense(tok, rope_parameters=rope)
+    text = dense_text(tok, rope_parameters=rope)
     cfg = Qwen2_5_VLConfig(
         text_config=text,
         vision_config=vision,
@@ -253,7 +255,7 @@ def llama4(out: Path) -> Member:
     from transformers import Llama4Config, Llama4ForConditionalGeneration
 
     tok = build_tokenizer(_spec())
-    text = _dense(
+    text = dense_text(
         tok, head_dim=HIDDEN // HEADS, intermediate_size_mlp=128, num_local_experts=2
     )
     vision = {
@@ -300,7 +302,7 @@ def qwen2_5_omni(out: Path) -> Member:
     # Head dim 16: the default M-RoPE sections [16, 24, 24] need head dim 128.
     rope = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
     thinker_cfg = Qwen2_5OmniThinkerConfig(
-        text_config=_dense(tok, rope_parameters=rope),
+        text_config=dense_text(tok, rope_parameters=rope),
         audio_config={
             "d_model": 32,
             "encoder_layers": 1,

@@ -111,7 +111,6 @@ def upstream_requirements(tree: Path, pin: Pin) -> Requirements:
 def upstream_console_scripts(tree: Path) -> list[str]:
     """Upstream's console scripts (``name = module:attr``) from its egg-info."""
     found = list(tree.glob(f"{UPSTREAM_METADATA}/*.egg-info/entry_points.txt"))
-    found += list(tree.glob("src/*.egg-info/entry_points.txt"))
     if not found:
         return []
     parser = configparser.ConfigParser()

@@ -11,31 +11,26 @@ Only a complete replay rewrites the units, `UPSTREAM.toml` and `CHANGELOG.md`.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import VendorError
 from .gitwork import commit_all, export, git, materialize_git, unit_commits
 from .pin import load_pin, load_series, patches_dir
-from .sdist import DEFAULT_INDEX, cache_dir, extract, obtain, sha256_of
-from .units import git_env, parse_hunks
+from .sdist import cache_dir, download, extract, index_file, obtain, sha256_of
+from .units import Hunk, failed_hunks, git_env
 
 APPLIED = "applied"
 OFFSETS = "applied with offsets/fuzz"
 UPSTREAM = "already upstream"
 CONFLICT = "conflict"
 NOT_TRIED = "not tried (an earlier unit conflicts)"
-
-_FAILED = re.compile(r"patch failed: (?P<file>.+?):(?P<line>\d+)")
 
 
 @dataclass
@@ -50,28 +45,6 @@ class Release:
     path: Path
     sha256: str
     origin: str
-
-
-def index_file(name: str, filename: str) -> tuple[str, str | None]:
-    """URL and listed sha256 of ``filename`` on the index page of ``name`` (PEP 691)."""
-    index = os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/")
-    page = f"{index}/{name}/"
-    request = urllib.request.Request(
-        page, headers={"Accept": "application/vnd.pypi.simple.v1+json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as resp:
-            meta = json.load(resp)
-    except (OSError, ValueError) as err:
-        raise VendorError(
-            f"cannot read the package index page {page}: {err}. Download "
-            f"{filename} by hand and pass --sdist PATH --sha256 HEX"
-        ) from err
-    for f in meta.get("files", []):
-        if f.get("filename") == filename:
-            url = urllib.parse.urljoin(page, f["url"])
-            return url, (f.get("hashes") or {}).get("sha256")
-    raise VendorError(f"{page} lists no file {filename}; is the version right?")
 
 
 def obtain_release(
@@ -90,7 +63,11 @@ def obtain_release(
             )
         return Release(sdist, got, str(sdist))
     filename = f"{name}-{version}.tar.gz"
-    url, listed = index_file(name, filename)
+    url, listed = index_file(
+        name,
+        filename,
+        f"Download {filename} by hand and pass --sdist PATH --sha256 HEX",
+    )
     if not listed and not want:
         raise VendorError(
             f"the index lists no sha256 for {filename}; pass --sha256 HEX. Refused."
@@ -105,10 +82,8 @@ def obtain_release(
     if dest.is_file() and sha256_of(dest) == expected:
         return Release(dest, expected, url)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".part")
-    print(f"[speculators-kimi] downloading {url}", file=sys.stderr)
-    with urllib.request.urlopen(url, timeout=300) as resp, tmp.open("wb") as out:
-        shutil.copyfileobj(resp, out)
+    tmp = dest.with_name(dest.name + ".new")
+    download(url, tmp)
     got = sha256_of(tmp)
     if got != expected:
         tmp.unlink(missing_ok=True)
@@ -182,23 +157,20 @@ def describe_conflict(tree: Path, patch: str, check_out: str) -> list[str]:
     """Files and hunks of a stopped cherry-pick, in the unit's and the tree's terms."""
     lines: list[str] = []
     status = git(tree, "status", "--porcelain", "--untracked-files=no")
-    hunks = parse_hunks(patch)
-    failed: dict[str, list[int]] = {}
-    for m in _FAILED.finditer(check_out):
-        failed.setdefault(m["file"], []).append(int(m["line"]))
+    failed: dict[str, list[Hunk]] = {}
+    for file, _, hunk in failed_hunks(patch, check_out):
+        if hunk is not None:
+            failed.setdefault(file, []).append(hunk)
     for row in status.splitlines():
         code, path = row[:2], row[3:]
         if code not in _KINDS:
             continue
         lines.append(f"  file {path}: {_KINDS[code]}")
-        for old in failed.get(path, []):
-            match = [h for h in hunks if h.file == path and h.old_start == old]
-            if match:
-                h = match[0]
-                lines.append(
-                    f"    unit hunk {h.index} of {h.count} "
-                    f"(old upstream line {old}): {h.header}"
-                )
+        for h in failed.get(path, []):
+            lines.append(
+                f"    unit hunk {h.index} of {h.count} "
+                f"(old upstream line {h.old_start}): {h.header}"
+            )
         ranges = _marker_ranges(tree / path)
         if ranges:
             lines.append(f"    conflict markers at {', '.join(ranges)}")

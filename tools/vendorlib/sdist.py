@@ -37,8 +37,11 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _download(name: str, version: str, filename: str, dest: Path) -> str:
-    """Download ``filename`` of ``name==version`` from the index; return its URL."""
+def index_file(name: str, filename: str, hint: str) -> tuple[str, str | None]:
+    """URL and listed sha256 of ``filename`` on the PEP 691 index page of ``name``.
+
+    ``hint`` says how to do without the index; it ends the error messages.
+    """
     index = os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/")
     page = f"{index}/{name}/"
     request = urllib.request.Request(
@@ -49,20 +52,22 @@ def _download(name: str, version: str, filename: str, dest: Path) -> str:
             meta = json.load(resp)
     except (OSError, ValueError) as err:
         raise VendorError(
-            f"cannot read the package index page for {name}=={version} ({page}): "
-            f"{err}. Download {filename} by hand (`pip download --no-deps "
-            f"--no-binary :all: {name}=={version}`) and set {SDIST_ENV}=<path>"
+            f"cannot read the package index page {page}: {err}. {hint}"
         ) from err
-    urls = [f["url"] for f in meta.get("files", []) if f.get("filename") == filename]
-    if not urls:
-        raise VendorError(f"{page} lists no file {filename}")
-    url = urllib.parse.urljoin(page, urls[0])
+    for entry in meta.get("files", []):
+        if entry.get("filename") == filename:
+            url = urllib.parse.urljoin(page, entry["url"])
+            return url, (entry.get("hashes") or {}).get("sha256")
+    raise VendorError(f"{page} lists no file {filename}; is the version right?")
+
+
+def download(url: str, dest: Path) -> None:
+    """Download ``url`` to ``dest`` (through a `.part` file, renamed when complete)."""
     print(f"[speculators-kimi] downloading {url}", file=sys.stderr)
-    tmp = dest.with_suffix(".part")
+    tmp = dest.with_name(dest.name + ".part")
     with urllib.request.urlopen(url, timeout=300) as resp, tmp.open("wb") as out:
         shutil.copyfileobj(resp, out)
     tmp.replace(dest)
-    return url
 
 
 def verify(path: Path, expected: str, origin: str) -> None:
@@ -98,7 +103,13 @@ def obtain(
             return cached
         cached.unlink()  # a partial or stale copy: fetch again below
     cached.parent.mkdir(parents=True, exist_ok=True)
-    url = _download(name, version, filename, cached)
+    url, _ = index_file(
+        name,
+        filename,
+        f"Download {filename} by hand (`pip download --no-deps --no-binary :all: "
+        f"{name}=={version}`) and set {SDIST_ENV}=<path>",
+    )
+    download(url, cached)
     try:
         verify(cached, sha256, url)
     except VendorError:
@@ -117,15 +128,20 @@ def _check_members(tf: tarfile.TarFile, sdist: Path) -> None:
             raise VendorError(f"{sdist}: unexpected link or device {member.name!r}")
 
 
+def extract_all(tf: tarfile.TarFile, dest: Path, origin: Path) -> None:
+    """``tf.extractall(dest)``, refusing members that would land outside ``dest``."""
+    if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
+        tf.extractall(dest, filter="data")
+    else:
+        _check_members(tf, origin)
+        tf.extractall(dest)  # members checked above
+
+
 def extract(sdist: Path, dest: Path) -> Path:
     """Extract ``sdist`` so that its top directory's contents land in ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp, tarfile.open(sdist) as tf:
-        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
-            tf.extractall(tmp, filter="data")
-        else:
-            _check_members(tf, sdist)
-            tf.extractall(tmp)  # members checked above
+        extract_all(tf, Path(tmp), sdist)
         tops = list(Path(tmp).iterdir())
         if len(tops) != 1 or not tops[0].is_dir():
             raise VendorError(f"{sdist}: expected one top-level directory")

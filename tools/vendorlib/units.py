@@ -45,6 +45,19 @@ def parse_hunks(patch_text: str) -> list[Hunk]:
     return hunks
 
 
+def failed_hunks(
+    patch_text: str, git_output: str
+) -> list[tuple[str, int, Hunk | None]]:
+    """(file, upstream line, hunk or None) for each `patch failed` git reported."""
+    hunks = parse_hunks(patch_text)
+    out: list[tuple[str, int, Hunk | None]] = []
+    for m in _FAILED.finditer(git_output):
+        file, old = m["file"], int(m["line"])
+        match = [h for h in hunks if h.file == file and h.old_start == old]
+        out.append((file, old, match[0] if match else None))
+    return out
+
+
 def git_env(tree: Path) -> dict[str, str]:
     """Environment for git in ``tree`` that never discovers an enclosing repository."""
     env = dict(os.environ)
@@ -60,14 +73,9 @@ def git_env(tree: Path) -> dict[str, str]:
 
 def explain_apply_failure(unit: Unit, stderr: str) -> str:
     """Turn `git apply` stderr into: unit, file, hunk (header and position)."""
-    patch_text = unit.patch.read_text()
     lines = [f"unit {unit.name}: {unit.patch} does not apply to this upstream tree"]
-    hunks = parse_hunks(patch_text)
-    for m in _FAILED.finditer(stderr):
-        file, old = m["file"], int(m["line"])
-        match = [h for h in hunks if h.file == file and h.old_start == old]
-        if match:
-            h = match[0]
+    for file, old, h in failed_hunks(unit.patch.read_text(), stderr):
+        if h is not None:
             lines.append(
                 f"  file {file}, hunk {h.index} of {h.count} "
                 f"(upstream line {old}): {h.header}"
