@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .errors import VendorError
 from .pin import Unit, load_pin, load_series, patches_dir
-from .units import apply_unit, git_env
+from .units import apply_unit, checked_git, git_env, run_git
 
 BASE_SUBJECT_PREFIX = "upstream: "
 _FIXED_DATE = "2000-01-01T00:00:00+0000"
@@ -32,20 +32,11 @@ PR_TEMPLATE = """# {name}
 
 
 def git(tree: Path, *args: str, check: bool = True) -> str:
-    """Run git in ``tree`` (never an enclosing repository); return stdout."""
-    env = git_env(tree)
-    env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = _FIXED_DATE
-    proc = subprocess.run(
-        ["git", "-c", "core.quotepath=off", "-c", "commit.gpgsign=false", *args],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if check and proc.returncode != 0:
-        raise VendorError(f"git {' '.join(args)} failed in {tree}:\n{proc.stderr}")
-    return proc.stdout
+    """Run git in ``tree`` with fixed dates (reproducible commits); return stdout."""
+    dates = {"GIT_AUTHOR_DATE": _FIXED_DATE, "GIT_COMMITTER_DATE": _FIXED_DATE}
+    if check:
+        return checked_git(tree, *args, env=dates)
+    return run_git(tree, *args, env=dates).stdout
 
 
 def commit_all(tree: Path, message: str) -> None:

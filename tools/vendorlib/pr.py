@@ -23,7 +23,7 @@ from .lint import FAIL, PASS, SKIPPED, LintResult, lint
 from .pin import Unit, load_pin, load_series, patches_dir
 from .sdist import extract, obtain
 from .status import check_unit, upstream_tip
-from .units import apply_unit, git_env, parse_hunks
+from .units import apply_unit, checked_git, git_env, parse_hunks, run_git
 
 HUMAN_REVIEW_BOX = "- [ ] A human has reviewed the code"
 BUNDLE_MARK = "PR_BODY.md"
@@ -52,20 +52,16 @@ def identity(cwd: Path) -> tuple[str, str]:
 
 
 def _git(tree: Path, ident: tuple[str, str], *args: str, check: bool = True) -> str:
-    env = git_env(tree)
-    env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = ident[0]
-    env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = ident[1]
-    proc = subprocess.run(
-        ["git", "-c", "core.quotepath=off", "-c", "commit.gpgsign=false", *args],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if check and proc.returncode != 0:
-        raise VendorError(f"git {' '.join(args)} failed in {tree}:\n{proc.stderr}")
-    return proc.stdout
+    """git in ``tree`` as the user ``ident`` (name, email) signs off."""
+    env = {
+        "GIT_AUTHOR_NAME": ident[0],
+        "GIT_COMMITTER_NAME": ident[0],
+        "GIT_AUTHOR_EMAIL": ident[1],
+        "GIT_COMMITTER_EMAIL": ident[1],
+    }
+    if check:
+        return checked_git(tree, *args, env=env)
+    return run_git(tree, *args, env=env).stdout
 
 
 def touched(unit: Unit) -> set[str]:

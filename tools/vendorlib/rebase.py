@@ -24,7 +24,7 @@ from .errors import VendorError
 from .gitwork import commit_all, export, git, materialize_git, unit_commits
 from .pin import load_pin, load_series, patches_dir
 from .sdist import cache_dir, download, extract, index_file, obtain, sha256_of
-from .units import Hunk, failed_hunks, git_env
+from .units import Hunk, failed_hunks, run_git
 
 APPLIED = "applied"
 OFFSETS = "applied with offsets/fuzz"
@@ -95,20 +95,6 @@ def obtain_release(
     return Release(dest, got, url)
 
 
-def _run(
-    tree: Path, *args: str, stdin: str | None = None
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["git", "-c", "core.quotepath=off", "-c", "commit.gpgsign=false", *args],
-        cwd=tree,
-        env=git_env(tree),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
 def apply_check(tree: Path, patch: str) -> tuple[bool, str]:
     """`git apply --check -v` of ``patch`` on ``tree``: (applies, git's messages)."""
     if not patch.strip():
@@ -116,7 +102,7 @@ def apply_check(tree: Path, patch: str) -> tuple[bool, str]:
     with tempfile.NamedTemporaryFile("w", suffix=".patch", delete=False) as f:
         f.write(patch)
     try:
-        proc = _run(tree, "apply", "--check", "-v", f.name)
+        proc = run_git(tree, "apply", "--check", "-v", f.name)
     finally:
         Path(f.name).unlink()
     return proc.returncode == 0, proc.stdout + proc.stderr
@@ -183,7 +169,7 @@ def replay(tree: Path, commits: list[tuple[str, str]]) -> list[UnitResult]:
     for i, (sha, name) in enumerate(commits):
         patch = commit_patch(tree, sha)
         clean, check_out = apply_check(tree, patch)
-        pick = _run(tree, "cherry-pick", "--no-commit", sha)
+        pick = run_git(tree, "cherry-pick", "--no-commit", sha)
         conflicted = git(tree, "diff", "--name-only", "--diff-filter=U").split()
         if pick.returncode != 0 or conflicted:
             detail = describe_conflict(tree, patch, check_out)
@@ -201,7 +187,7 @@ def replay(tree: Path, commits: list[tuple[str, str]]) -> list[UnitResult]:
             results.append(UnitResult(name, CONFLICT, detail))
             results += [UnitResult(n, NOT_TRIED) for _, n in commits[i + 1 :]]
             return results
-        if _run(tree, "diff", "--cached", "--quiet").returncode == 0:
+        if run_git(tree, "diff", "--cached", "--quiet").returncode == 0:
             results.append(
                 UnitResult(name, UPSTREAM, ["  the new release contains the change"])
             )

@@ -71,6 +71,33 @@ def git_env(tree: Path) -> dict[str, str]:
     return env
 
 
+def run_git(
+    tree: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run git in ``tree`` (never an enclosing repository), output captured.
+
+    ``env`` adds to (or overrides) the variables of :func:`git_env`.
+    """
+    return subprocess.run(
+        ["git", "-c", "core.quotepath=off", "-c", "commit.gpgsign=false", *args],
+        cwd=tree,
+        env={**git_env(tree), **(env or {})},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def checked_git(tree: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """:func:`run_git` that raises a :class:`VendorError` on failure; stdout."""
+    proc = run_git(tree, *args, env=env)
+    if proc.returncode != 0:
+        raise VendorError(f"git {' '.join(args)} failed in {tree}:\n{proc.stderr}")
+    return proc.stdout
+
+
 def explain_apply_failure(unit: Unit, stderr: str) -> str:
     """Turn `git apply` stderr into: unit, file, hunk (header and position)."""
     lines = [f"unit {unit.name}: {unit.patch} does not apply to this upstream tree"]
