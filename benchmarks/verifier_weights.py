@@ -2,31 +2,31 @@
 
 Builds a synthetic sharded checkpoint in the Kimi-K2.5 Hub layout with a
 Kimi-K2.5-sized embedding and head (vocab 163840, hidden 7168, bf16: ~2.3 GB per
-tensor; embedding and head in different shards), then, each in a fresh
-subprocess and alternating, loads what an EAGLE-3 draft with a 32k draft
-vocabulary needs (embedding, selected head rows, final norm):
+tensor; embedding and head in different shards). Then, each in a fresh
+subprocess and alternating, it times what training runs: the draft's
+``load_verifier_weights()`` (``DraftVocabMixin._load_verifier_weights``) on the
+vocabulary part of an EAGLE-3 draft with a 32k draft vocabulary, built by that
+version's own ``_init_vocab`` (float32 parameters filled with NaN) plus a final
+norm:
 
-* ``upstream``: ``speculators.utils.loading.load_model_layers`` (unchanged from
-  0.9.0) followed by ``head[t2d]``, as upstream ``_load_verifier_weights`` does;
-* ``ours``: what ``DraftVocabMixin._load_verifier_weights`` now does:
-  ``resolve_verifier_weights`` + ``load_verifier_tensors(head_rows=t2d,
-  out={"embed": <embed param>, "head": <head param>})`` -- plain positional file
-  reads straight into the parameters (selected head rows only), NaN/inf-checked
-  chunk by chunk.
+* ``upstream``: pristine 0.9.0, extracted from the pinned, hash-checked sdist:
+  ``load_model_layers`` (memory-mapped), a full ``isnan`` pass over the
+  parameters, ``head[t2d]``, clones and ``load_state_dict`` copies;
+* ``ours``: the installed, patched copy: ``resolve_verifier_weights`` +
+  ``load_verifier_tensors(head_rows=t2d, out=<parameters>)`` -- plain positional
+  file reads straight into the parameters (selected head rows only), NaN/inf
+  checked chunk by chunk -- after an early-exit NaN test of the parameters.
 
-Both sides start from the same draft parameters (allocated, untouched, before
-the timed region); upstream then copies into them as its call site does.
-
-Reports peak RSS (``VmHWM`` of the child) and wall time of each, and their ratios
-(ours / upstream), as JSON. Needs the patched package on the path, e.g.
-``PYTHONPATH=/tmp/unit-weights/src python benchmarks/verifier_weights.py``.
-The checkpoint is deleted afterwards unless ``--keep``.
+Reports wall time, peak RSS (``VmHWM``) and the loader's own peak (``VmHWM``
+minus RSS before the call) of each, and their ratios (ours / upstream), as JSON.
+The checkpoint is deleted afterwards unless ``--keep`` (then reused).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import os
 import platform
@@ -119,15 +119,21 @@ def build_checkpoint(path: Path, vocab: int, hidden: int) -> None:
 
 CHILD = r"""
 import json, sys, time
+from types import SimpleNamespace
+
 import torch
+from loguru import logger
+from torch import nn
+from transformers import AutoConfig
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+import speculators.model
+from speculators.model import DraftVocabMixin
+
 mode, path = sys.argv[1], sys.argv[2]
 vocab, hidden, draft = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-from speculators.utils.loading import load_model_layers
-from speculators.utils.verifier_weights import (
-    load_verifier_tensors, resolve_verifier_weights,
-)
-from loguru import logger
 logger.remove()
+assert speculators.model.__file__.startswith(sys.argv[6]), speculators.model.__file__
 
 
 def status(field):
@@ -137,59 +143,84 @@ def status(field):
     return float("nan")
 
 
-# Training has read the verifier's config before loading weights (draft config,
-# target layers): do the same here so neither side pays transformers' lazy
-# config-module imports inside the timed region.
-from speculators.utils.text_config import load_text_config
-load_text_config(path)
+class Draft(DraftVocabMixin):
+    # The vocabulary part of an EAGLE-3 draft, built by the version's own
+    # _init_vocab: float32 parameters filled with NaN ("not loaded yet").
+    def __init__(self, config):
+        nn.Module.__init__(self)
+        self.config = config
+        self._init_vocab(config)
+        self.verifier_norm = LlamaRMSNorm(hidden)
+
+
+config = SimpleNamespace(
+    transformer_layer_config=SimpleNamespace(
+        vocab_size=vocab, hidden_size=hidden, pad_token_id=None
+    ),
+    draft_vocab_size=draft,
+    speculators_config=SimpleNamespace(verifier=SimpleNamespace(name_or_path=path)),
+)
+# Training has read the verifier's config before it loads weights: do the same so
+# neither side pays transformers' lazy config imports inside the timed region.
+AutoConfig.from_pretrained(path)
+model = Draft(config)
 t2d = torch.zeros(vocab, dtype=torch.bool)
 t2d[torch.randperm(vocab, generator=torch.Generator().manual_seed(0))[:draft]] = True
-# The draft's parameters exist before weights load (here untouched, so not yet
-# resident: both sides pay for the pages they write).
-embed_param = torch.empty(vocab, hidden, dtype=torch.bfloat16)
-head_param = torch.empty(draft, hidden, dtype=torch.bfloat16)
-norm_param = torch.empty(hidden, dtype=torch.bfloat16)
+d2t = torch.nonzero(t2d).flatten() - torch.arange(draft)
+model.load_vocab_mappings(t2d, d2t)
 # VmHWM/VmRSS are per address space (reset at exec); ru_maxrss is not (Linux
 # carries the parent's high-water mark across fork + exec).
 base = status("VmRSS")
 start = time.perf_counter()
-if mode == "upstream":
-    w = load_model_layers(
-        ["embed_tokens.weight", "lm_head.weight", "model.norm.weight"], path
-    )
-    embed, norm = w["embed_tokens.weight"], w["model.norm.weight"]
-    head = w["lm_head.weight"][t2d, :]
-    loaded = time.perf_counter() - start
-    # What upstream's call site does next: copy into the draft's parameters.
-    embed_param.copy_(embed)
-    head_param.copy_(head)
-    norm_param.copy_(norm)
-else:
-    # What the call site (DraftVocabMixin._load_verifier_weights) does: read
-    # straight into the parameters (out=), only the selected head rows.
-    spec = resolve_verifier_weights(path)
-    t = load_verifier_tensors(
-        spec, head_rows=t2d, out={"embed": embed_param, "head": head_param}
-    )
-    assert t.embed is embed_param and t.head is head_param
-    loaded = time.perf_counter() - start
-    norm_param.copy_(t.norm_weight)
+model.load_verifier_weights()
 elapsed = time.perf_counter() - start
 peak = status("VmHWM")
 print(json.dumps({
     "wall_s": elapsed,
-    "load_only_wall_s": loaded,
     "peak_rss_mib": peak,
-    "baseline_rss_mib": base,
+    "rss_before_load_mib": base,
     "peak_virtual_mib": status("VmPeak"),
-    "head_shape": list(head_param.shape),
-    "checksum": [float(embed_param[:1000].float().sum()),
-                 float(head_param.float().sum()), float(norm_param.float().sum())],
+    "param_dtype": str(model.embed_tokens.weight.dtype),
+    "head_shape": list(model.verifier_lm_head.weight.shape),
+    "checksum": [
+        float(model.embed_tokens.weight.double().sum()),
+        float(model.verifier_lm_head.weight.double().sum()),
+        float(model.lm_head.weight.double().sum()),
+        float(model.verifier_norm.weight.double().sum()),
+    ],
 }))
 """
 
 
-def run_child(mode: str, path: Path, vocab: int, hidden: int, draft: int) -> dict:
+def pristine_upstream(workdir: Path) -> Path:
+    """``src`` of pristine upstream, extracted from the pinned, hash-checked sdist."""
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root))
+    from tools.vendorlib.pin import load_pin
+    from tools.vendorlib.sdist import extract, obtain
+
+    pin = load_pin(root)
+    dest = extract(
+        obtain(pin.name, pin.version, pin.sdist, pin.sha256), workdir / "upstream"
+    )
+    return dest / "src"
+
+
+def ours_src() -> Path:
+    """``src`` of the installed, patched upstream (speculators-kimi's vendored copy)."""
+    spec = importlib.util.find_spec("speculators")
+    if spec is None or spec.origin is None:
+        raise SystemExit("speculators is not installed: pip install -e . first")
+    return Path(spec.origin).parents[1]
+
+
+def run_child(
+    mode: str, src: Path, path: Path, vocab: int, hidden: int, draft: int
+) -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(src), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     out = subprocess.run(
         [
             sys.executable,
@@ -200,11 +231,12 @@ def run_child(mode: str, path: Path, vocab: int, hidden: int, draft: int) -> dic
             str(vocab),
             str(hidden),
             str(draft),
+            str(src),
         ],
         check=True,
         capture_output=True,
         text=True,
-        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        env=env,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -224,17 +256,26 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = workdir / "kimi_k25_synthetic"
     try:
         start = dt.datetime.now(dt.UTC)
-        build_checkpoint(ckpt, args.vocab, args.hidden)
+        if not (ckpt / "model.safetensors.index.json").is_file():
+            build_checkpoint(ckpt, args.vocab, args.hidden)  # else: kept (--keep)
         # Warm the page cache once so both loaders read from memory.
         for shard in sorted(ckpt.glob("*.safetensors")):
             with shard.open("rb") as file:
                 while file.read(1 << 26):
                     pass
+        sources = {"upstream": pristine_upstream(workdir), "ours": ours_src()}
         runs: dict[str, list[dict]] = {"upstream": [], "ours": []}
         for _ in range(args.repeats):
             for mode in ("upstream", "ours"):
                 runs[mode].append(
-                    run_child(mode, ckpt, args.vocab, args.hidden, args.draft_vocab)
+                    run_child(
+                        mode,
+                        sources[mode],
+                        ckpt,
+                        args.vocab,
+                        args.hidden,
+                        args.draft_vocab,
+                    )
                 )
         summary = {}
         for mode, results in runs.items():
@@ -243,11 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                 "peak_rss_mib_median": statistics.median(
                     r["peak_rss_mib"] for r in results
                 ),
-                "peak_rss_over_baseline_mib_median": statistics.median(
-                    r["peak_rss_mib"] - r["baseline_rss_mib"] for r in results
-                ),
-                "load_only_wall_s_median": statistics.median(
-                    r["load_only_wall_s"] for r in results
+                "loader_peak_rss_mib_median": statistics.median(
+                    r["peak_rss_mib"] - r["rss_before_load_mib"] for r in results
                 ),
                 "peak_virtual_mib_median": statistics.median(
                     r["peak_virtual_mib"] for r in results
@@ -275,31 +313,32 @@ def main(argv: list[str] | None = None) -> int:
                 "draft_vocab_size": args.draft_vocab,
                 "page_cache": "warm",
             },
-            "what_is_loaded": "embedding (full), head rows of the draft vocabulary, "
-            "final norm, into the draft's parameters (allocated untouched before "
-            "the timed region): upstream loads then copies (load_only_wall_s "
-            "excludes its copy), ours reads straight into them (out=), as the "
-            "patched call site does (load_only_wall_s == wall_s)",
-            "config_prewarmed": "both children read the verifier config (as training "
-            "does before loading weights) before the timed region",
-            "note": "safetensors >= 0.4 get_tensor maps the file lazily, so "
-            "upstream's full-head load costs mapped (virtual) memory and RSS only "
-            "for the pages indexing touches; peak RSS counts file-backed pages "
-            "touched while mapped.",
+            "what_is_timed": "DraftVocabMixin.load_verifier_weights() of each "
+            "version (upstream: pristine 0.9.0 from the pinned sdist; ours: the "
+            "installed, patched copy) on the vocabulary part of an EAGLE-3 draft "
+            "built by that version's own _init_vocab (float32 parameters filled "
+            "with NaN, as training builds them) plus a final norm, with a 32k "
+            "draft vocabulary: embedding, selected head rows into lm_head and "
+            "verifier_lm_head, final norm",
+            "memory": "peak_rss is the child's VmHWM (it includes the draft's "
+            "parameters, identical on both sides); loader_peak_rss is VmHWM minus "
+            "VmRSS just before the call: the memory the loading itself adds "
+            "(file pages mapped and touched, temporaries, copies)",
+            "config_prewarmed": "both children read the verifier config with "
+            "AutoConfig (as training does before loading weights) before the "
+            "timed region; ours re-reads it inside (resolution)",
             "repeats": args.repeats,
-            "upstream_0_9_0_load_model_layers": up,
-            "ours_resolve_and_load": ours,
+            "upstream_0_9_0": up,
+            "ours": ours,
             "outputs_match": all(
                 a["checksum"] == b["checksum"]
                 for a, b in zip(runs["upstream"], runs["ours"], strict=True)
             ),
             "ratios_ours_over_upstream": {
+                "wall_time": ours["wall_s_median"] / up["wall_s_median"],
                 "peak_rss": ours["peak_rss_mib_median"] / up["peak_rss_mib_median"],
-                "peak_rss_over_baseline": ours["peak_rss_over_baseline_mib_median"]
-                / up["peak_rss_over_baseline_mib_median"],
-                "wall_time_load_and_copy": ours["wall_s_median"] / up["wall_s_median"],
-                "wall_time_load_only": ours["load_only_wall_s_median"]
-                / up["load_only_wall_s_median"],
+                "loader_peak_rss": ours["loader_peak_rss_mib_median"]
+                / up["loader_peak_rss_mib_median"],
                 "peak_virtual_memory": ours["peak_virtual_mib_median"]
                 / up["peak_virtual_mib_median"],
             },

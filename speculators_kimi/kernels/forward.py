@@ -10,6 +10,7 @@ row, merged into the same online softmax. Stores O and the base-2 log-sum-exp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,11 +21,13 @@ import triton.language as tl
 __all__ = [
     "INTERPRETER_BLOCKS",
     "LOG2E",
+    "RecordedLaunch",
     "compute_dtype",
     "dot_precision",
     "interpreting",
     "lazy_jit",
     "pick_blocks",
+    "recording_launches",
     "run_forward",
 ]
 
@@ -94,6 +97,46 @@ class _Launcher:
         return run
 
 
+@dataclasses.dataclass(frozen=True)
+class RecordedLaunch:
+    """One kernel launch as a launcher issued it: the undecorated kernel function,
+    the grid, the positional arguments and the keyword (constexpr and launch
+    option) arguments."""
+
+    fn: Callable[..., Any]
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+_RECORDING: list[RecordedLaunch] | None = None
+
+
+@contextlib.contextmanager
+def recording_launches() -> Iterator[list[RecordedLaunch]]:
+    """Record launches instead of running them (for compiling the exact launches of
+    ``run_forward`` / ``run_backward`` for a GPU on a machine without one: call them
+    on ``meta`` tensors inside this context)."""
+    global _RECORDING
+    previous, _RECORDING = _RECORDING, []
+    try:
+        yield _RECORDING
+    finally:
+        _RECORDING = previous
+
+
+class _Recorder:
+    def __init__(self, fn: Callable[..., Any], sink: list[RecordedLaunch]):
+        self.fn = fn
+        self.sink = sink
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        def record(*args: Any, **kwargs: Any) -> None:
+            self.sink.append(RecordedLaunch(self.fn, tuple(grid), args, kwargs))
+
+        return record
+
+
 def lazy_jit(fn: Callable[..., Any]) -> Callable[[], Any]:
     """Decorate ``fn`` with ``triton.jit`` at first launch, not at import.
 
@@ -103,6 +146,8 @@ def lazy_jit(fn: Callable[..., Any]) -> Callable[[], Any]:
     """
 
     def get() -> Any:
+        if _RECORDING is not None:
+            return _Recorder(fn, _RECORDING)
         interpret = interpreting()
         key = (fn, interpret)
         kernel = _JIT_CACHE.get(key)

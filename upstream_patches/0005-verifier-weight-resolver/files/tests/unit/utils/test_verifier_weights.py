@@ -397,3 +397,23 @@ def test_bit_level_finite_check_is_exact():
         raw = values.view(torch.uint8).numpy()
         got = [_bits_finite(raw[i : i + 1], dtype) for i in range(256)]
         assert got == torch.isfinite(values.float()).tolist()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_has_nan_matches_isnan_any_in_every_piece(monkeypatch, dtype):
+    from speculators.utils import verifier_weights  # noqa: PLC0415
+
+    # Small pieces so a 1000-element tensor spans the probe and several pieces.
+    monkeypatch.setattr(verifier_weights, "_NAN_PROBE_ELEMENTS", 16)
+    monkeypatch.setattr(verifier_weights, "_NAN_PIECE_ELEMENTS", 100)
+    base = torch.randn(10, 100).to(dtype)
+    assert not verifier_weights.has_nan(base)
+    for flat_index in (0, 15, 16, 115, 116, 999):
+        tensor = base.clone()
+        tensor.view(-1)[flat_index] = float("nan")
+        assert verifier_weights.has_nan(tensor), flat_index
+        assert verifier_weights.has_nan(tensor.t()), flat_index  # non-contiguous
+    assert not verifier_weights.has_nan(base.masked_fill(base > 0, float("inf")))
+    assert verifier_weights.has_nan(torch.full((3, 3), float("nan"), dtype=dtype))
+    assert not verifier_weights.has_nan(torch.empty(0, dtype=dtype))
+    assert not verifier_weights.has_nan(torch.arange(10))
