@@ -300,10 +300,45 @@ def _resolve_file(
             )
         return path
     from huggingface_hub import hf_hub_download  # noqa: PLC0415
-
-    return Path(
-        hf_hub_download(repo_id=str(name_or_path), filename=filename, revision=revision)
+    from huggingface_hub.errors import (  # noqa: PLC0415
+        EntryNotFoundError,
+        LocalEntryNotFoundError,
     )
+
+    try:
+        return Path(
+            hf_hub_download(
+                repo_id=str(name_or_path), filename=filename, revision=revision
+            )
+        )
+    except LocalEntryNotFoundError as err:
+        raise VerifierWeightsError(
+            f"Verifier shard {filename} of {name_or_path} is not in the Hugging "
+            f"Face cache and the Hub cannot be used ({err}). Download the "
+            "checkpoint once online, or pass a local directory."
+        ) from err
+    except EntryNotFoundError as err:
+        raise _missing_hub_shard(name_or_path, filename, err) from err
+
+
+def _missing_hub_shard(
+    name_or_path: str | Path, filename: str, err: Exception
+) -> VerifierWeightsError:
+    return VerifierWeightsError(
+        f"Verifier shard file missing: {filename} (named by the weight map of "
+        f"{name_or_path}) is not in the Hub repo ({err}). Fix the repo's index or "
+        "choose another revision."
+    )
+
+
+def _cached_hub_file(
+    name_or_path: str | Path, filename: str, revision: str | None
+) -> Path | None:
+    """A Hub file already in the local cache (no request made), else None."""
+    from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415
+
+    found = try_to_load_from_cache(str(name_or_path), filename, revision=revision)
+    return Path(found) if isinstance(found, str) else None
 
 
 def read_safetensors_header(path: str | Path) -> dict[str, dict[str, Any]]:
@@ -409,8 +444,25 @@ def _hub_headers(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Headers of every shard of a Hub repo, fetched with range requests."""
     from huggingface_hub import HfApi  # noqa: PLC0415
+    from huggingface_hub.errors import (  # noqa: PLC0415
+        EntryNotFoundError,
+        OfflineModeIsEnabled,
+    )
 
-    metadata = HfApi().get_safetensors_metadata(str(name_or_path), revision=revision)
+    try:
+        metadata = HfApi().get_safetensors_metadata(
+            str(name_or_path), revision=revision
+        )
+    except EntryNotFoundError as err:
+        response = getattr(err, "response", None)
+        url = str(getattr(response, "url", "")) or str(err)
+        raise _missing_hub_shard(name_or_path, url.rsplit("/", 1)[-1], err) from err
+    except OfflineModeIsEnabled as err:
+        raise VerifierWeightsError(
+            f"HF_HUB_OFFLINE is set and shards of {name_or_path} whose headers are "
+            "needed are not in the Hugging Face cache. Download the checkpoint once "
+            "online (or pass a local directory)."
+        ) from err
     return {
         shard: {
             key: {"dtype": info.dtype, "shape": list(info.shape)}
@@ -441,6 +493,8 @@ class _Headers:
                 self._cache[shard] = read_safetensors_header(
                     _resolve_file(self.name_or_path, shard)
                 )
+            elif cached := _cached_hub_file(self.name_or_path, shard, self.revision):
+                self._cache[shard] = read_safetensors_header(cached)
             else:
                 if self._hub is None:
                     self._hub = _hub_headers(self.name_or_path, self.revision)
