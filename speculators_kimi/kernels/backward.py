@@ -436,7 +436,6 @@ def run_backward(
     num_blocks = kv_len // n
     group = hq // hkv
     block_d = max(16, triton.next_power_of_2(d))
-    block_m, block_n, num_warps, num_stages = _fwd.pick_blocks(block_d, q.dtype)
     has_window = sliding_window is not None
     window = sliding_window if sliding_window is not None else 0
     qk_scale = scale * LOG2E
@@ -448,6 +447,7 @@ def run_backward(
     dv = torch.empty_like(v)
     delta = torch.empty((b, hq, n), dtype=torch.float32, device=q.device)
 
+    block_m, block_n, num_warps, num_stages = _fwd.pick_blocks(block_d, q.dtype, "dq")
     dq_kernel()[(triton.cdiv(n, block_m), b * hq)](
         q,
         k,
@@ -483,6 +483,7 @@ def run_backward(
         num_stages=num_stages,
     )
     # block 0: key tiles are the "M" side here; use BLOCK_N keys x BLOCK_M queries
+    block_m, block_n, num_warps, num_stages = _fwd.pick_blocks(block_d, q.dtype, "dkv0")
     dkv0_kernel()[(triton.cdiv(n, block_n), b * hkv)](
         q,
         k,
@@ -518,6 +519,7 @@ def run_backward(
         num_stages=num_stages,
     )
     if num_blocks > 1:
+        block_m, _, num_warps, _ = _fwd.pick_blocks(block_d, q.dtype, "diag")
         dkv_diag_kernel()[(triton.cdiv(n, block_m), b * hkv)](
             q,
             k,

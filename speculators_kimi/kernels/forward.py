@@ -20,6 +20,7 @@ import triton.language as tl
 
 __all__ = [
     "INTERPRETER_BLOCKS",
+    "KERNELS",
     "LOG2E",
     "RecordedLaunch",
     "compute_dtype",
@@ -181,19 +182,56 @@ def dot_precision(dtype: torch.dtype) -> str | None:
 INTERPRETER_BLOCKS: tuple[int, int] = (64, 64)
 
 
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel, for 16-bit and fp32 inputs
+# and head dims up to 64 / 128 / 256. Chosen without a GPU so that every kernel
+# compiles for sm_90 (H100/H200) with no register spills and its shared memory
+# within the limit (``python -m speculators_kimi.kernels.cross_compile``; the
+# committed report is benchmarks/results/*-sm90-kernel-resources.json). Untimed:
+# not autotuned on hardware yet. The diagonal dK/dV kernel is elementwise work
+# on rows (BLOCK_N, num_stages unused).
+KernelConfig = tuple[int, int, int, int]
+_CONFIGS: dict[tuple[str, bool, int], KernelConfig] = {
+    # 16-bit
+    ("fwd", False, 64): (128, 64, 8, 3),
+    ("dq", False, 64): (64, 64, 4, 3),
+    ("dkv0", False, 64): (64, 64, 4, 3),
+    ("diag", False, 64): (32, 0, 4, 1),
+    ("fwd", False, 128): (128, 64, 8, 2),
+    ("dq", False, 128): (64, 64, 8, 3),
+    ("dkv0", False, 128): (64, 64, 8, 2),
+    ("diag", False, 128): (32, 0, 8, 1),
+    ("fwd", False, 256): (32, 64, 8, 2),
+    ("dq", False, 256): (32, 64, 8, 2),
+    ("dkv0", False, 256): (64, 32, 8, 2),
+    ("diag", False, 256): (32, 0, 8, 1),
+    # fp32 (IEEE matmuls: correctness runs, not speed)
+    ("fwd", True, 64): (32, 64, 8, 2),
+    ("dq", True, 64): (32, 64, 8, 2),
+    ("dkv0", True, 64): (16, 32, 4, 2),
+    ("diag", True, 64): (16, 0, 4, 1),
+    ("fwd", True, 128): (32, 64, 8, 2),
+    ("dq", True, 128): (32, 64, 8, 2),
+    ("dkv0", True, 128): (16, 32, 4, 2),
+    ("diag", True, 128): (16, 0, 4, 1),
+    ("fwd", True, 256): (16, 32, 4, 1),
+    ("dq", True, 256): (16, 32, 4, 1),
+    ("dkv0", True, 256): (16, 32, 4, 1),
+    ("diag", True, 256): (16, 0, 8, 1),
+}
+KERNELS = ("fwd", "dq", "dkv0", "diag")
+
+
 def pick_blocks(
-    head_dim_padded: int, dtype: torch.dtype = torch.bfloat16
-) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages): one fixed config per head dim and
-    element size (no autotuning), sized to fit Hopper's shared memory."""
+    head_dim_padded: int, dtype: torch.dtype = torch.bfloat16, kernel: str = "fwd"
+) -> KernelConfig:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of ``kernel`` (one of
+    ``KERNELS``): one fixed config per kernel, head dim and element size."""
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; one of {KERNELS}")
     if interpreting():
         return INTERPRETER_BLOCKS[0], INTERPRETER_BLOCKS[1], 1, 1
-    wide = dtype == torch.float32
-    if head_dim_padded >= 256:
-        return (32, 32, 4, 1) if wide else (64, 32, 8, 2)
-    if wide and head_dim_padded >= 128:
-        return 64, 32, 4, 2
-    return 64, 64, 4, 3
+    size = 64 if head_dim_padded <= 64 else 128 if head_dim_padded <= 128 else 256
+    return _CONFIGS[(kernel, dtype == torch.float32, size)]
 
 
 def _fwd_kernel(
@@ -351,7 +389,7 @@ def run_forward(
     hkv, kv_len = k.shape[1], k.shape[2]
     num_blocks = kv_len // n
     block_d = max(16, triton.next_power_of_2(d))
-    block_m, block_n, num_warps, num_stages = pick_blocks(block_d, q.dtype)
+    block_m, block_n, num_warps, num_stages = pick_blocks(block_d, q.dtype, "fwd")
     o = torch.empty_like(q)
     lse = torch.empty((b, hq, n), dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(n, block_m), b * hq)

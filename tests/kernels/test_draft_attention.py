@@ -1,4 +1,8 @@
-"""Triton draft-head TTT attention vs the fp64 dense reference (Triton interpreter)."""
+"""Triton draft-head TTT attention vs the fp64 dense reference.
+
+On CPU through the Triton interpreter; on a GPU with SPECULATORS_KIMI_KERNEL_DEVICE=cuda
+(kernel_device.py), where the ``gpu_only`` cases add real sizes.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from kernel_device import DEVICE, gpu_only, interpreter_only
 
 from speculators_kimi.kernels import (
     document_bounds,
@@ -43,11 +48,12 @@ def make_docs(n: int, num_docs: int, pad_tail: int = 0, interior_pad: bool = Fal
     return ids
 
 
-def make_inputs(b, hq, hkv, n, t, d, dtype, seed=0):
+def make_inputs(b, hq, hkv, n, t, d, dtype, seed=0, device=DEVICE):
     g = torch.Generator().manual_seed(seed)
 
     def u(*shape):
-        return (torch.rand(*shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype)
+        x = torch.rand(*shape, generator=g, dtype=torch.float64) * 2 - 1
+        return x.to(device=device, dtype=dtype)
 
     q = u(b, hq, n, d)
     k = u(b, hkv, (t + 1) * n, d)
@@ -73,6 +79,7 @@ def check(
 ):
     if docs is None:
         docs = make_docs(n, num_docs, pad_tail, interior_pad)
+    docs = docs.to(DEVICE)
     q, k, v, do = make_inputs(b, hq, hkv, n, t, d, dtype, seed=n + 7 * t + d)
     ins = [x.clone().requires_grad_(backward) for x in (q, k, v)]
     out = draft_attention(*ins, docs, sliding_window=window)
@@ -142,6 +149,7 @@ def test_low_precision_forward_backward(dtype, case):
     check(n, t, hq, hkv, d, w, dtype, num_docs=nd)
 
 
+@interpreter_only
 @pytest.mark.parametrize(
     "blocks", [(32, 32), (32, 16), (16, 32)], ids=["m32n32", "m32n16", "m16n32"]
 )
@@ -188,7 +196,7 @@ def test_window_one_and_odd_head_dim():
 
 def test_precomputed_bounds_and_scale():
     n, t = 90, 2
-    docs = make_docs(n, 3, 4, True)
+    docs = make_docs(n, 3, 4, True).to(DEVICE)
     q, k, v, _ = make_inputs(1, 2, 1, n, t, 32, torch.float32)
     out = draft_attention(q, k, v, docs, scale=0.3, bounds=document_bounds(docs))
     ref = draft_attention_reference(q.double(), k.double(), v.double(), docs, scale=0.3)
@@ -198,7 +206,7 @@ def test_precomputed_bounds_and_scale():
 def test_strided_inputs():
     """q/k/v as transposed views of [B, L, H, d] projections (as the model has them)."""
     n, t, hq, hkv, d = 45, 1, 2, 1, 16
-    docs = make_docs(n, 2, 3, False)
+    docs = make_docs(n, 2, 3, False).to(DEVICE)
     q, k, v, _ = make_inputs(1, hq, hkv, n, t, d, torch.float32)
     qs = q.transpose(1, 2).contiguous().transpose(1, 2)
     ks = k.transpose(1, 2).contiguous().transpose(1, 2)
@@ -211,11 +219,15 @@ def test_strided_inputs():
 def test_ttt_loop_gradients_accumulate():
     """A 3-step TTT loop where k/v grow by concatenation, as with the DynamicCache."""
     n, hq, hkv, d = 48, 2, 1, 16
-    docs = make_docs(n, 2, 3, True)
+    docs = make_docs(n, 2, 3, True).to(DEVICE)
     g = torch.Generator().manual_seed(3)
-    ks = [torch.rand(1, hkv, n, d, generator=g) * 2 - 1 for _ in range(3)]
-    vs = [torch.rand(1, hkv, n, d, generator=g) * 2 - 1 for _ in range(3)]
-    qs = [torch.rand(1, hq, n, d, generator=g) * 2 - 1 for _ in range(3)]
+
+    def u(*shape):
+        return (torch.rand(*shape, generator=g) * 2 - 1).to(DEVICE)
+
+    ks = [u(1, hkv, n, d) for _ in range(3)]
+    vs = [u(1, hkv, n, d) for _ in range(3)]
+    qs = [u(1, hq, n, d) for _ in range(3)]
 
     def loop(fn, dtype):
         leaves = [x.detach().to(dtype).requires_grad_() for x in (*qs, *ks, *vs)]
@@ -244,7 +256,7 @@ def test_reference_matches_upstream_dense_mask():
 
     n, t, hq, hkv, d = 77, 2, 4, 2, 16
     docs = make_docs(n, 3, 6, True)
-    q, k, v, _ = make_inputs(1, hq, hkv, n, t, d, torch.float64)
+    q, k, v, _ = make_inputs(1, hq, hkv, n, t, d, torch.float64, device="cpu")
     for window in (None, 17):
         mask_mod = create_combined_mask_mod(docs, n, sliding_window=window)
         float_mask = create_float_mask(
@@ -273,22 +285,26 @@ def test_document_bounds():
 
 def test_cpu_without_interpreter_names_working_backends(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    q, k, v, _ = make_inputs(1, 1, 1, 8, 0, 16, torch.float32)
+    q, k, v, _ = make_inputs(1, 1, 1, 8, 0, 16, torch.float32, device="cpu")
     with pytest.raises(RuntimeError, match="sdpa.*eager"):
         draft_attention(q, k, v, torch.zeros(8, dtype=torch.long))
 
 
 def test_input_validation():
+    def zeros(n):
+        return torch.zeros(n, dtype=torch.long, device=DEVICE)
+
     q, k, v, _ = make_inputs(1, 3, 2, 8, 0, 16, torch.float32)
     with pytest.raises(ValueError, match="multiple of Hkv"):
-        draft_attention(q, k, v, torch.zeros(8, dtype=torch.long))
+        draft_attention(q, k, v, zeros(8))
     q, k, v, _ = make_inputs(1, 2, 1, 8, 1, 16, torch.float32)
     with pytest.raises(ValueError, match="document_ids"):
-        draft_attention(q, k, v, torch.zeros(9, dtype=torch.long))
+        draft_attention(q, k, v, zeros(9))
     with pytest.raises(ValueError, match="multiple of N"):
-        draft_attention(q, k[:, :, :-1], v[:, :, :-1], torch.zeros(8, dtype=torch.long))
+        draft_attention(q, k[:, :, :-1], v[:, :, :-1], zeros(8))
 
 
+@interpreter_only
 def test_interpreter_enabled_after_triton_import():
     """TRITON_INTERPRET set after triton (and the kernels) were imported, as when
     other tests of the same pytest run import them first."""
@@ -319,6 +335,7 @@ print("ok")
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
 
 
+@interpreter_only
 def test_benchmark_quick_smoke(tmp_path):
     out = tmp_path / "bench.json"
     env = dict(os.environ, TRITON_INTERPRET="1")
@@ -338,3 +355,26 @@ def test_benchmark_quick_smoke(tmp_path):
     assert data["device"]
     assert data["results"]
     assert any(r["impl"] == "triton" for r in data["results"])
+
+
+# Real sizes, compiled kernels, GPU tile configs: (N, t, Hq, Hkv, d, window, docs).
+# Head counts are kept small where N is large so the fp64 dense reference fits.
+GPU_CASES = [
+    (torch.bfloat16, (1024, 3, 64, 64, 128, None, 4)),  # Kimi-K2.5 draft geometry
+    (torch.bfloat16, (4096, 2, 8, 2, 128, 512, 16)),
+    (torch.float16, (1000, 4, 8, 2, 64, None, 3)),
+    (torch.bfloat16, (777, 1, 4, 2, 256, 100, 2)),
+    (torch.float16, (2048, 7, 4, 4, 128, None, 1)),
+    (torch.float32, (1500, 2, 4, 1, 128, 64, 5)),
+]
+
+
+@gpu_only
+@pytest.mark.parametrize(
+    ("dtype", "case"),
+    GPU_CASES,
+    ids=[f"{str(dt).split('.')[-1]}-{_id(c)}" for dt, c in GPU_CASES],
+)
+def test_gpu_real_sizes(dtype, case):
+    n, t, hq, hkv, d, w, nd = case
+    check(n, t, hq, hkv, d, w, dtype, num_docs=nd, pad_tail=n // 50)

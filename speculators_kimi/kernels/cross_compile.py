@@ -1,0 +1,327 @@
+"""Compile the draft-attention kernels for a GPU on a machine without one.
+
+The real launchers (``run_forward`` / ``run_backward``) run on ``meta`` tensors with
+their launches recorded instead of executed, so each kernel is compiled with exactly
+the arguments, constexprs, tile sizes, warps and stages a GPU run would use. Triton
+compiles it for the target architecture (default sm_90: H100/H200) down to a cubin
+with its bundled ``ptxas``; ``ptxas -v`` then reports what the GPU must provide per
+program: registers per thread, spills, and (from Triton) shared memory.
+
+This is a static check (does it build, does it fit, does it spill), never a speed
+figure: ``speculators-kimi-kernels-compile --arch 90 --json report.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .forward import RecordedLaunch, recording_launches
+
+__all__ = [
+    "SHARED_MEMORY_LIMIT",
+    "Case",
+    "KernelBuild",
+    "build_case",
+    "compile_launch",
+    "main",
+    "record_case",
+]
+
+# Largest dynamic shared memory one program may opt into, by compute capability.
+SHARED_MEMORY_LIMIT: dict[int, int] = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
+
+_TRITON_TYPES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.bool: "i1",
+}
+_LAUNCH_OPTIONS = ("num_warps", "num_stages")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One attention call: shapes, dtype, window and TTT step count."""
+
+    head_dim: int
+    dtype: torch.dtype
+    q_heads: int = 64
+    kv_heads: int = 64
+    n: int = 8192
+    ttt_steps: int = 3
+    window: int | None = None
+
+    @property
+    def name(self) -> str:
+        window = f"-w{self.window}" if self.window is not None else ""
+        dtype = str(self.dtype).removeprefix("torch.")
+        return f"{dtype}-d{self.head_dim}-h{self.q_heads}x{self.kv_heads}{window}"
+
+
+@dataclasses.dataclass
+class KernelBuild:
+    """What one compiled kernel needs from the GPU."""
+
+    case: str
+    kernel: str
+    constexprs: dict[str, Any]
+    num_warps: int
+    num_stages: int
+    shared_bytes: int
+    registers: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    stack_bytes: int
+    compile_s: float
+
+    def problems(self, arch: int) -> list[str]:
+        """Reasons this kernel cannot launch on ``arch`` (empty: it can)."""
+        limit = SHARED_MEMORY_LIMIT.get(arch)
+        if limit is not None and self.shared_bytes > limit:
+            return [
+                f"{self.case} {self.kernel}: {self.shared_bytes} bytes of shared "
+                f"memory, sm_{arch} allows {limit}"
+            ]
+        return []
+
+
+@contextmanager
+def _compiled_mode() -> Iterator[None]:
+    """Pick the GPU tile configs (not the interpreter's) while recording."""
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
+def record_case(case: Case) -> list[RecordedLaunch]:
+    """The launches of one forward + backward call, recorded on meta tensors."""
+    from .backward import run_backward
+    from .forward import run_forward
+
+    meta = torch.device("meta")
+    kv_len = (case.ttt_steps + 1) * case.n
+
+    def tensor(*shape: int, dtype: torch.dtype = case.dtype) -> torch.Tensor:
+        return torch.empty(*shape, dtype=dtype, device=meta)
+
+    q = tensor(1, case.q_heads, case.n, case.head_dim)
+    k = tensor(1, case.kv_heads, kv_len, case.head_dim)
+    v = tensor(1, case.kv_heads, kv_len, case.head_dim)
+    doc = tensor(1, case.n, dtype=torch.int32)
+    starts = tensor(1, case.n, dtype=torch.int32)
+    ends = tensor(1, case.n, dtype=torch.int32)
+    scale = case.head_dim**-0.5
+    with _compiled_mode(), recording_launches() as launches:
+        o, lse = run_forward(q, k, v, doc, starts, scale, case.window)
+        run_backward(q, q, k, v, o, lse, doc, starts, ends, scale, case.window)
+    return list(launches)
+
+
+def _argument_type(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return "*" + _TRITON_TYPES[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"cannot type kernel argument {value!r}")
+
+
+def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
+    """Registers, spills and stack of the PTX's entry, from ``ptxas -v``."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    suffix = "a" if arch >= 90 else ""
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "kernel.ptx"
+        source.write_text(ptx)
+        run = subprocess.run(
+            [
+                get_ptxas(arch).path,
+                "-v",
+                f"--gpu-name=sm_{arch}{suffix}",
+                str(source),
+                "-o",
+                str(Path(tmp) / "kernel.cubin"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+
+    def number(pattern: str) -> int:
+        found = re.search(pattern, run.stderr + run.stdout)
+        return int(found.group(1)) if found else 0
+
+    return {
+        "registers": number(r"Used (\d+) registers"),
+        "spill_store_bytes": number(r"(\d+) bytes spill stores"),
+        "spill_load_bytes": number(r"(\d+) bytes spill loads"),
+        "stack_bytes": number(r"(\d+) bytes stack frame"),
+    }
+
+
+def compile_launch(launch: RecordedLaunch, arch: int, case: str = "") -> KernelBuild:
+    """Compile one recorded launch for ``sm_<arch>`` and report its resources."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    if not isinstance(triton.language.sum, JITFunction):
+        raise RuntimeError(
+            "triton was imported with TRITON_INTERPRET=1, so its own helpers "
+            "(tl.sum, ...) are interpreter-only and cannot be compiled; run "
+            "`python -m speculators_kimi.kernels.cross_compile` in a process "
+            "without TRITON_INTERPRET."
+        )
+    fn = JITFunction(launch.fn)
+    names = list(inspect.signature(launch.fn).parameters)
+    options = {
+        key: launch.kwargs[key] for key in _LAUNCH_OPTIONS if key in launch.kwargs
+    }
+    constexprs = {
+        key: value for key, value in launch.kwargs.items() if key not in options
+    }
+    # Specialize as Triton's launcher does: integers equal to 1 become constants,
+    # integers divisible by 16 and (aligned, as torch allocates) pointers carry
+    # tt.divisibility=16, which is what lets loads vectorize.
+    signature: dict[str, str] = {}
+    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+    for index, (name, value) in enumerate(zip(names, launch.args, strict=False)):
+        if isinstance(value, int) and not isinstance(value, bool) and value == 1:
+            constexprs[name] = 1
+            continue
+        signature[name] = _argument_type(value)
+        divisible = isinstance(value, torch.Tensor) or (
+            isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0
+        )
+        if divisible:
+            attrs[(index,)] = [["tt.divisibility", 16]]
+    signature.update(dict.fromkeys(constexprs, "constexpr"))
+    signature = {name: signature[name] for name in names if name in signature}
+    started = time.perf_counter()
+    compiled = triton.compile(
+        ASTSource(fn, signature, constexprs, attrs),
+        target=GPUTarget("cuda", arch, 32),
+        options=options,
+    )
+    elapsed = time.perf_counter() - started
+    return KernelBuild(
+        case=case,
+        kernel=launch.fn.__name__.strip("_"),
+        constexprs={key: str(value) for key, value in constexprs.items()},
+        num_warps=int(compiled.metadata.num_warps),
+        num_stages=int(compiled.metadata.num_stages),
+        shared_bytes=int(compiled.metadata.shared),
+        compile_s=elapsed,
+        **_ptxas_report(compiled.asm["ptx"], arch),
+    )
+
+
+def build_case(case: Case, arch: int = 90) -> list[KernelBuild]:
+    """Compile every kernel one forward + backward call of ``case`` launches."""
+    return [compile_launch(launch, arch, case.name) for launch in record_case(case)]
+
+
+DEFAULT_CASES: tuple[Case, ...] = tuple(
+    Case(head_dim=d, dtype=dtype, q_heads=hq, kv_heads=hkv, window=window)
+    for d, hq, hkv, window in (
+        (128, 64, 64, None),  # Kimi-K2.5's draft geometry
+        (128, 32, 8, None),  # Llama-style GQA
+        (128, 32, 8, 2048),
+        (64, 32, 8, None),
+        (256, 16, 8, None),
+    )
+    for dtype in (torch.bfloat16, torch.float16, torch.float32)
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Compile the default cases; print a table; exit 1 if one cannot launch."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", type=int, default=90, help="compute capability")
+    parser.add_argument("--json", type=Path, default=None, help="write the report")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        help="compile only cases whose name contains this (repeatable)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles"
+    )
+    args = parser.parse_args(argv)
+    cases = [
+        case
+        for case in DEFAULT_CASES
+        if args.only is None or any(part in case.name for part in args.only)
+    ]
+    builds: list[KernelBuild] = []
+    print(
+        f"{'case':28} {'kernel':16} {'warps':>5} {'stages':>6} {'smem':>7} "
+        f"{'regs':>4} {'spill':>6}"
+    )
+    with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
+        for case_builds in pool.map(build_case, cases, [args.arch] * len(cases)):
+            for build in case_builds:
+                builds.append(build)
+                print(
+                    f"{build.case:28} {build.kernel:16} {build.num_warps:5d} "
+                    f"{build.num_stages:6d} {build.shared_bytes:7d} "
+                    f"{build.registers:4d} {build.spill_store_bytes:6d}",
+                    flush=True,
+                )
+    problems = [p for build in builds for p in build.problems(args.arch)]
+    if args.json is not None:
+        import triton
+
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps(
+                {
+                    "what": "static resources of the draft-attention kernels compiled "
+                    f"for sm_{args.arch} without a GPU (not a performance figure)",
+                    "arch": args.arch,
+                    "triton": triton.__version__,
+                    "torch": torch.__version__,
+                    "builds": [dataclasses.asdict(build) for build in builds],
+                    "problems": problems,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

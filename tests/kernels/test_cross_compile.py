@@ -1,0 +1,133 @@
+"""The kernels compile for the H200 (sm_90) on a machine without a GPU.
+
+``cross_compile`` records the launches the real launchers make (on meta tensors)
+and compiles each with Triton and its bundled ptxas for sm_90. A kernel that does
+not build, needs more shared memory than sm_90 has, or spills registers at the
+16-bit configurations used for training fails here, before any GPU is lent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton.backends.nvidia.compiler")
+
+from speculators_kimi.kernels.cross_compile import (
+    SHARED_MEMORY_LIMIT,
+    Case,
+    KernelBuild,
+    record_case,
+)
+from speculators_kimi.kernels.forward import pick_blocks
+
+KIMI = Case(head_dim=128, dtype=torch.bfloat16, q_heads=64, kv_heads=64, n=8192)
+
+
+def test_records_the_launches_of_forward_and_backward():
+    launches = record_case(KIMI)
+    names = [launch.fn.__name__ for launch in launches]
+    assert names == ["_fwd_kernel", "_dq_kernel", "_dkv0_kernel", "_dkv_diag_kernel"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "0")
+        configs = {
+            kernel: pick_blocks(128, torch.bfloat16, kernel)
+            for kernel in ("fwd", "dq", "dkv0", "diag")
+        }
+    fwd, dq, dkv0, diag = launches
+    assert fwd.kwargs["BLOCK_M"] == configs["fwd"][0]
+    assert fwd.kwargs["num_warps"] == configs["fwd"][2]
+    assert fwd.grid == (8192 // configs["fwd"][0], 64)
+    assert dq.kwargs["BLOCK_M"] == configs["dq"][0]
+    assert dkv0.grid == (8192 // configs["dkv0"][1], 64)  # key tiles x KV heads
+    assert diag.kwargs["BLOCK_M"] == configs["diag"][0]
+    assert fwd.kwargs["GROUP"] == 1 and fwd.kwargs["HAS_WINDOW"] is False
+    assert fwd.args[21] == 4  # NUM_BLOCKS: block 0 + 3 TTT steps
+
+
+# Kimi-K2.5's draft geometry, a GQA one with a window, and head dim 64 and 256.
+CASES = ["bfloat16-d128-h64x64", "float16-d128-h32x8-w2048", "bfloat16-d64-h32x8"]
+CASES_16BIT_D256 = "bfloat16-d256-h16x8"
+
+
+@pytest.fixture(scope="module")
+def sm90_report(tmp_path_factory) -> dict:
+    """Compile the cases in a fresh process: triton's own helpers are only
+    compilable when triton was imported without TRITON_INTERPRET (which the
+    kernel tests' conftest sets)."""
+    out = tmp_path_factory.mktemp("sm90") / "report.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    only = [arg for case in (*CASES, CASES_16BIT_D256) for arg in ("--only", case)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "speculators_kimi.kernels.cross_compile"]
+        + ["--arch", "90", "--json", str(out), *only],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("case", [*CASES, CASES_16BIT_D256])
+def test_compiles_for_sm90_within_shared_memory(sm90_report, case):
+    builds = [b for b in sm90_report["builds"] if b["case"] == case]
+    kernels = [b["kernel"] for b in builds]
+    assert kernels == ["fwd_kernel", "dq_kernel", "dkv0_kernel", "dkv_diag_kernel"]
+    assert sm90_report["problems"] == []
+    for build in builds:
+        assert 0 <= build["shared_bytes"] <= SHARED_MEMORY_LIMIT[90], build
+        assert 0 < build["registers"] <= 255, build
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_register_spills_at_training_configs(sm90_report, case):
+    """Spills would cost the kernels their speed; the one known exception is the
+    windowed GQA dK/dV tile kernel at d=128 (tens of bytes, in the report)."""
+    for build in (b for b in sm90_report["builds"] if b["case"] == case):
+        allowed = (
+            64 if case.endswith("-w2048") and build["kernel"] == "dkv0_kernel" else 0
+        )
+        assert build["spill_store_bytes"] <= allowed, build
+
+
+def test_cross_compile_refuses_an_interpreter_imported_triton():
+    """Triton imported with TRITON_INTERPRET=1 cannot compile: a clear error."""
+    code = (
+        "import torch\n"
+        "from speculators_kimi.kernels.cross_compile import Case, compile_launch,"
+        " record_case\n"
+        "launch = record_case(Case(head_dim=64, dtype=torch.float16, n=256))[0]\n"
+        "compile_launch(launch, 90)\n"
+    )
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode != 0
+    assert "RuntimeError" in proc.stderr and "TRITON_INTERPRET" in proc.stderr
+
+
+def test_shared_memory_over_the_limit_is_a_problem():
+    build = KernelBuild(
+        case="c",
+        kernel="fwd_kernel",
+        constexprs={},
+        num_warps=8,
+        num_stages=4,
+        shared_bytes=SHARED_MEMORY_LIMIT[90] + 1,
+        registers=128,
+        spill_store_bytes=0,
+        spill_load_bytes=0,
+        stack_bytes=0,
+        compile_s=0.0,
+    )
+    assert build.problems(90) and "sm_90 allows 232448" in build.problems(90)[0]
+    assert build.problems(80)  # smaller on A100
