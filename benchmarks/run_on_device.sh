@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One prepared run on the lent GPU (the device tool's `run`): CUDA correctness of
+# the Triton kernels, then the benchmarks, each writing under $OUT. Steps are
+# independent: one failing does not stop the others; the exit code is the number
+# of failed steps. Never edit numbers into results: commit the JSON as written.
+#
+# From this machine (no GPU needed to prepare):
+#   pip install --no-build-isolation --no-deps -e .        # fills .vendored/
+#   pip download --only-binary=:all: --python-version 3.12 --no-deps -d .device-wheels \
+#       loguru pydantic-settings                           # upstream deps the image lacks
+#   echo /.device-wheels/ >> .git/info/exclude
+# then the device tool's run with
+#   carry: [".vendored", "speculators_kimi/_build_info.py", ".device-wheels"]
+#   command: bash benchmarks/run_on_device.sh      timeout_s: 540
+set -u
+OUT=${OUT:?set by the device tool}
+export PYTHONPATH="$PWD:$PWD/.vendored/src${PYTHONPATH:+:$PYTHONPATH}"
+export TRITON_DEFAULT_FP_FUSION=1
+failed=0
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, log under $OUT
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit ${limit}s)"
+    if timeout "$limit" "$@" >"$OUT/$name.log" 2>&1; then
+        echo "   ok"
+    else
+        echo "   FAILED ($?)"
+        failed=$((failed + 1))
+    fi
+    tail -n 5 "$OUT/$name.log"
+}
+
+nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+python3 -c 'import torch, triton; print(torch.__version__, triton.__version__,
+    torch.cuda.get_device_name())' >"$OUT/versions.txt" 2>&1
+if [ -d .device-wheels ]; then
+    pip install -q --no-index --find-links .device-wheels .device-wheels/*.whl \
+        >"$OUT/pip.log" 2>&1 || echo "wheel install failed: see pip.log"
+fi
+
+step kernel-tests-cuda 200 env SPECULATORS_KIMI_KERNEL_DEVICE=cuda \
+    python3 -m pytest -q -p no:cacheprovider tests/kernels/test_draft_attention.py \
+    --junitxml "$OUT/kernel-tests-cuda.xml"
+step draft-attention 200 python3 benchmarks/draft_attention.py \
+    --n 8192 16384 --docs 1 16 --heads 32x8 64x64 --steps 7 --rounds 1 \
+    --out "$OUT/draft_attention.json"
+step draft-train-step 120 python3 benchmarks/draft_train_step.py --rounds 2 \
+    --out "$OUT/draft_train_step.json"
+exit "$failed"
