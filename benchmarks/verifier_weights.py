@@ -200,9 +200,9 @@ def pristine_upstream(workdir: Path) -> Path:
     from tools.vendorlib.sdist import extract, obtain
 
     pin = load_pin(root)
-    dest = extract(
-        obtain(pin.name, pin.version, pin.sdist, pin.sha256), workdir / "upstream"
-    )
+    dest = workdir / "upstream"
+    shutil.rmtree(dest, ignore_errors=True)  # a kept workdir: extract afresh
+    extract(obtain(pin.name, pin.version, pin.sdist, pin.sha256), dest)
     return dest / "src"
 
 
@@ -349,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(text + "\n")
     finally:
+        shutil.rmtree(workdir / "upstream", ignore_errors=True)
         if not args.keep:
             shutil.rmtree(ckpt, ignore_errors=True)
             if args.workdir is None:
