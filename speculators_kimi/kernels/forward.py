@@ -198,7 +198,7 @@ _CONFIGS: dict[tuple[str, bool, int], KernelConfig] = {
     ("diag", False, 64): (32, 0, 4, 1),
     ("fwd", False, 128): (128, 64, 8, 2),
     ("dq", False, 128): (64, 64, 8, 3),
-    ("dkv0", False, 128): (64, 64, 8, 2),
+    ("dkv0", False, 128): (32, 64, 8, 2),
     ("diag", False, 128): (32, 0, 8, 1),
     ("fwd", False, 256): (32, 64, 8, 2),
     ("dq", False, 256): (32, 64, 8, 2),
