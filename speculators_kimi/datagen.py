@@ -88,24 +88,6 @@ class ContextLengthError(ValueError):
 # --------------------------------------------------------------------------- weights
 
 
-def _checkpoint_weight_map(path: Path) -> dict[str, str]:
-    """Tensor name -> safetensors file name, from the index or the single file."""
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        return dict(json.loads(index.read_text())["weight_map"])
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(
-            f"no safetensors weights in {path} (expected model.safetensors or "
-            "model.safetensors.index.json)"
-        )
-    weight_map: dict[str, str] = {}
-    for file in files:
-        with safe_open(str(file), framework="pt") as f:
-            weight_map.update(dict.fromkeys(f.keys(), file.name))
-    return weight_map
-
-
 def _prefix_candidates(ckpt: set[str], key: str) -> list[str]:
     """Prefixes ``P`` (empty or ending in ``.``) with ``P + key`` in ``ckpt``."""
     return sorted(
@@ -299,12 +281,14 @@ def _decoder_class(
 
 
 def _checkpoint_shapes(path: Path, weight_map: dict[str, str]) -> dict[str, tuple]:
-    shapes: dict[str, tuple] = {}
-    for file in sorted(set(weight_map.values())):
-        with safe_open(str(path / file), framework="pt") as f:
-            for key in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
-                shapes[key] = tuple(f.get_slice(key).get_shape())
-    return shapes
+    """Tensor shapes from the shards' safetensors headers (no tensor data read)."""
+    from speculators.utils.verifier_weights import read_safetensors_header
+
+    return {
+        key: tuple(entry["shape"])
+        for file in sorted(set(weight_map.values()))
+        for key, entry in read_safetensors_header(path / file).items()
+    }
 
 
 def load_text_verifier(
@@ -331,6 +315,7 @@ def load_text_verifier(
     :raises WeightPrefixError: the decoder weights are not (all) in the checkpoint.
     """
     from speculators.utils.text_config import load_text_config
+    from speculators.utils.verifier_weights import read_weight_index
 
     path = Path(verifier)
     if not path.is_dir():
@@ -348,7 +333,7 @@ def load_text_verifier(
     converted = _converted_patterns(skeleton)
     del skeleton
     literal = [k for k in shapes if not any(p.search(k) for p in converted)]
-    weight_map = _checkpoint_weight_map(path)
+    weight_map = read_weight_index(path)
     if weight_prefix is None:
         ckpt_shapes = _checkpoint_shapes(path, weight_map)
         decoder, _ = find_decoder_prefix(

@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 pytest.importorskip("speculators.utils.verifier_weights")
 
+from zoo_builders import write_checkpoint  # noqa: E402
+
 from speculators_kimi import cli  # noqa: E402
 
 HIDDEN, VOCAB, LAYERS = 64, 256, 8
@@ -47,16 +49,11 @@ def _mla_text() -> dict:
 
 
 def _write(path: Path, config: dict, shards: list[dict[str, torch.Tensor]]) -> Path:
+    """``config.json`` and the shards (always with an index), via the zoo's writer."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config))
-    weight_map = {}
-    for i, tensors in enumerate(shards):
-        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        safetensors_torch.save_file(tensors, str(path / name))
-        weight_map.update(dict.fromkeys(tensors, name))
-    (path / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {}, "weight_map": weight_map})
-    )
+    tensors = {key: value for shard in shards for key, value in shard.items()}
+    write_checkpoint(path, tensors, [list(shard) for shard in shards])
     return path
 
 

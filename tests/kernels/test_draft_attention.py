@@ -125,6 +125,10 @@ def _id(case):
     return f"N{n}-t{t}-h{hq}x{hkv}-d{d}-w{w}-docs{nd}"
 
 
+def _dtype_id(dtype, case):
+    return f"{str(dtype).split('.')[-1]}-{_id(case)}"
+
+
 @pytest.mark.parametrize("case", FP32_CASES, ids=[_id(c) for c in FP32_CASES])
 def test_fp32_forward_backward(case):
     n, t, hq, hkv, d, w, nd = case
@@ -142,7 +146,7 @@ LOWP_CASES = [
 @pytest.mark.parametrize(
     ("dtype", "case"),
     LOWP_CASES,
-    ids=[f"{str(dt).split('.')[-1]}-{_id(c)}" for dt, c in LOWP_CASES],
+    ids=[_dtype_id(dt, c) for dt, c in LOWP_CASES],
 )
 def test_low_precision_forward_backward(dtype, case):
     n, t, hq, hkv, d, w, nd = case
@@ -373,7 +377,7 @@ GPU_CASES = [
 @pytest.mark.parametrize(
     ("dtype", "case"),
     GPU_CASES,
-    ids=[f"{str(dt).split('.')[-1]}-{_id(c)}" for dt, c in GPU_CASES],
+    ids=[_dtype_id(dt, c) for dt, c in GPU_CASES],
 )
 def test_gpu_real_sizes(dtype, case):
     n, t, hq, hkv, d, w, nd = case

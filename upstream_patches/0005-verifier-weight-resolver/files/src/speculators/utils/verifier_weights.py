@@ -614,12 +614,13 @@ def _layer_count_ok(indices: set[int], layers: int, extra: int) -> bool:
     )
 
 
-def _unmatched_key_error(
-    what: str, key: str, weight_map: Mapping[str, str], flag: str
-) -> VerifierWeightsError:
+def _overridden(what: str, key: str, flag: str, headers: _Headers) -> TensorInfo:
+    """The tensor an override names, or an error listing keys of a similar name."""
+    if key in headers.weight_map:
+        return headers.info(key)
     leaf = key.rsplit(".", 2)[-2] if "." in key else key
-    similar = sorted(k for k in weight_map if f".{leaf}." in f".{k}")[:10]
-    return VerifierWeightsError(
+    similar = sorted(k for k in headers.weight_map if f".{leaf}." in f".{k}")[:10]
+    raise VerifierWeightsError(
         f"{flag} names '{key}' as the verifier {what}, but the checkpoint has no "
         f"such tensor. Keys with a similar name: {similar or 'none'}."
     )
@@ -774,11 +775,9 @@ def resolve_verifier_weights(  # noqa: C901
 
     # Input embedding.
     if embed_key is not None:
-        if embed_key not in weight_map:
-            raise _unmatched_key_error(
-                "input embedding", embed_key, weight_map, "--verifier-embed-key"
-            )
-        embed = headers.info(embed_key)
+        embed = _overridden(
+            "input embedding", embed_key, "--verifier-embed-key", headers
+        )
     else:
         found, _ = _nearest(weight_map, scopes, EMBED_NAMES)
         picked = _pick(found, headers, "input embedding", source)
@@ -801,11 +800,7 @@ def resolve_verifier_weights(  # noqa: C901
     tied = False
     head: TensorInfo | None
     if head_key is not None:
-        if head_key not in weight_map:
-            raise _unmatched_key_error(
-                "output head", head_key, weight_map, "--verifier-head-key"
-            )
-        head = headers.info(head_key)
+        head = _overridden("output head", head_key, "--verifier-head-key", headers)
     else:
         found, _ = _nearest(weight_map, scopes, HEAD_NAMES)
         head = _pick(found, headers, "output head", source)
@@ -863,11 +858,7 @@ def resolve_verifier_weights(  # noqa: C901
     norm: TensorInfo | None = None
     norm_bias: TensorInfo | None = None
     if norm_key is not None:
-        if norm_key not in weight_map:
-            raise _unmatched_key_error(
-                "final norm", norm_key, weight_map, "--verifier-norm-key"
-            )
-        norm = headers.info(norm_key)
+        norm = _overridden("final norm", norm_key, "--verifier-norm-key", headers)
     else:
         norm_scopes = [prefix] if prefix is not None else [""]
         found, _ = _nearest(weight_map, norm_scopes, NORM_NAMES)
