@@ -4,7 +4,7 @@ Training runs on the current accelerator (CUDA, NPU, XPU, ...) when one is
 available and falls back to CPU otherwise. Everything device-dependent in the
 training stack -- the device a rank trains on, the ``torch.distributed``
 backend, the autocast device type, synchronization, memory stats, and the
-config defaults that only work on accelerators -- is decided here.
+implementation choices that only work on accelerators -- is decided here.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
+from speculators.train.config.resolution import ConfigError
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -24,11 +26,11 @@ if TYPE_CHECKING:
 __all__ = [
     "CPU_ATTN_IMPLS",
     "CPU_LOSS_IMPLS",
+    "device_fallbacks",
     "get_distributed_backend",
     "get_training_device",
     "has_accelerator",
     "memory_allocated_mb",
-    "resolve_device_defaults",
     "set_training_device",
     "synchronize",
     "triton_interpreter_enabled",
@@ -42,6 +44,10 @@ CPU_ATTN_IMPLS: tuple[str, ...] = ("sdpa", "eager")
 #: Loss implementations that run on CPU. ``fused`` is a Triton kernel; it only
 #: runs on CPU under the Triton interpreter (``TRITON_INTERPRET=1``).
 CPU_LOSS_IMPLS: tuple[str, ...] = ("eager",)
+_CPU_IMPLS = {
+    "draft_attn_impl": CPU_ATTN_IMPLS,
+    "loss_implementation": CPU_LOSS_IMPLS,
+}
 
 
 def has_accelerator() -> bool:
@@ -111,55 +117,71 @@ def _explicitly_set(cfg: TrainConfig, group: str, name: str) -> bool:
     return name in getattr(cfg, group).model_fields_set
 
 
-def resolve_device_defaults(cfg: TrainConfig) -> None:
-    """Adapt accelerator-only defaults when training without an accelerator.
+def _is_main_rank() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
 
-    Without an accelerator, an unset ``draft_attn_impl`` becomes ``sdpa`` and an
-    unset ``loss_implementation`` becomes ``eager``; with one, nothing changes.
-    An explicit choice that cannot run on CPU raises ``ValueError`` naming the
-    choices that can. ``fused`` is accepted on CPU only when the Triton
-    interpreter is enabled (``TRITON_INTERPRET=1``), and is never picked by
-    default there because the interpreter is slow.
 
-    The config is modified in place.
+def device_fallbacks(
+    cfg: TrainConfig, device: torch.device | None = None
+) -> dict[str, str]:
+    """Implementation choices to substitute so that ``cfg`` trains on ``device``.
+
+    The resolved config stays as the user wrote it (a ``run.yaml`` written on a
+    CPU machine keeps the accelerator defaults on a GPU); the trainer applies
+    the returned ``{flat field name: implementation}`` to its runtime arguments.
+    On an accelerator nothing is substituted. On CPU, an unset ``draft_attn_impl``
+    becomes ``sdpa`` and an unset ``loss_implementation`` becomes ``eager``, each
+    logged once. ``fused`` runs on CPU only under the Triton interpreter
+    (``TRITON_INTERPRET=1``) and is never picked by default there, the
+    interpreter being slow. MTP keeps its required attention implementation.
+
+    :param cfg: The resolved training config (its provenance tells a default
+        from an explicit choice).
+    :param device: The device training runs on; defaults to this rank's.
+    :returns: The substitutions, empty when every choice can run on ``device``.
+    :raises ConfigError: If an explicit choice cannot run on ``device``; the
+        message names the choices that can.
     """
-    if has_accelerator():
-        return
+    device = get_training_device() if device is None else device
+    if device.type != "cpu":
+        return {}
 
+    substitutes: dict[str, str] = {}
     errors: list[str] = []
-    # MTP ignores draft_attn_impl (it must stay at its default), so only the
-    # loss implementation is device-dependent there.
+    # MTP ignores draft_attn_impl (it must stay at its default).
+    choices = [("loss", "loss_implementation")]
     if cfg.speculator_type != "mtp":
-        attn = cfg.draft.draft_attn_impl
-        if attn not in CPU_ATTN_IMPLS:
-            if _explicitly_set(cfg, "draft", "draft_attn_impl"):
-                errors.append(
-                    f"--draft-attn-impl {attn} cannot train on CPU (no accelerator "
-                    f"found); use one of: {', '.join(CPU_ATTN_IMPLS)}."
-                )
-            else:
-                cfg.draft.draft_attn_impl = CPU_ATTN_IMPLS[0]  # type: ignore[assignment]
-                logger.warning(
-                    "No accelerator found: using draft_attn_impl=%s instead of %s.",
-                    CPU_ATTN_IMPLS[0],
-                    attn,
-                )
-
-    loss = cfg.loss.loss_implementation
-    if loss not in CPU_LOSS_IMPLS:
-        if not _explicitly_set(cfg, "loss", "loss_implementation"):
-            cfg.loss.loss_implementation = CPU_LOSS_IMPLS[0]  # type: ignore[assignment]
-            logger.warning(
-                "No accelerator found: using loss_implementation=%s instead of %s.",
-                CPU_LOSS_IMPLS[0],
-                loss,
-            )
-        elif not (loss == "fused" and triton_interpreter_enabled()):
-            errors.append(
-                f"--loss-implementation {loss} cannot run on CPU (no accelerator "
-                f"found); use one of: {', '.join(CPU_LOSS_IMPLS)} (or set "
-                "TRITON_INTERPRET=1 to run the fused Triton kernels in the slow "
-                "interpreter)."
-            )
+        choices.insert(0, ("draft", "draft_attn_impl"))
+    for group, name in choices:
+        value = getattr(getattr(cfg, group), name)
+        supported = _CPU_IMPLS[name]
+        if value in supported or (
+            value == "fused"
+            and triton_interpreter_enabled()
+            and _explicitly_set(cfg, group, name)
+        ):
+            continue
+        if not _explicitly_set(cfg, group, name):
+            substitutes[name] = supported[0]
+            continue
+        hint = (
+            " (or set TRITON_INTERPRET=1 to run the fused Triton kernels in the "
+            "slow interpreter)"
+            if value == "fused"
+            else ""
+        )
+        errors.append(
+            f"--{name.replace('_', '-')} {value} cannot train on CPU (no "
+            f"accelerator found); use one of: {', '.join(supported)}{hint}."
+        )
     if errors:
-        raise ValueError(" ".join(errors))
+        raise ConfigError(" ".join(errors))
+    if _is_main_rank():
+        for name, value in substitutes.items():
+            logger.warning(
+                "No accelerator found: training with %s=%s instead of %s.",
+                name,
+                value,
+                cfg.flatten()[name],
+            )
+    return substitutes

@@ -1,4 +1,4 @@
-"""Tests for device selection and device-aware training defaults."""
+"""Tests for device selection and the device fallbacks applied at train start."""
 
 import socket
 
@@ -8,14 +8,15 @@ import torch.distributed as dist
 
 from speculators.train import distributed
 from speculators.train.config import TrainConfig
+from speculators.train.config.resolution import ConfigError
 from speculators.train.device import (
     CPU_ATTN_IMPLS,
     CPU_LOSS_IMPLS,
+    device_fallbacks,
     get_distributed_backend,
     get_training_device,
     has_accelerator,
     memory_allocated_mb,
-    resolve_device_defaults,
     set_training_device,
     synchronize,
 )
@@ -94,36 +95,41 @@ def test_recovery_default_device_matches_training_device():
 
 
 # ---------------------------------------------------------------------------
-# Device-aware config defaults
+# Device fallbacks (applied at train start, never in config resolution)
 # ---------------------------------------------------------------------------
 
-
-@cpu_only
-def test_cpu_defaults_replace_accelerator_only_choices():
-    cfg = _resolve()
-    assert cfg.draft.draft_attn_impl == "sdpa"
-    assert cfg.loss.loss_implementation == "eager"
-    # The resolved value must not look user-chosen in the recorded provenance.
-    assert cfg.provenance["draft_attn_impl"] == "default"
+CPU = torch.device("cpu")
 
 
-@accelerator_only
-def test_accelerator_defaults_unchanged():
+def test_resolution_does_not_depend_on_the_device():
     cfg = _resolve()
     assert cfg.draft.draft_attn_impl == "simple_flex_attention"
     assert cfg.loss.loss_implementation == "fused"
+    cfg = _resolve("--draft-attn-impl", "simple_flex_attention")
+    assert cfg.draft.draft_attn_impl == "simple_flex_attention"
 
 
-@cpu_only
+def test_cpu_substitutes_unset_accelerator_only_choices(caplog):
+    with caplog.at_level("WARNING", logger="speculators"):
+        substitutes = device_fallbacks(_resolve(), CPU)
+    assert substitutes == {"draft_attn_impl": "sdpa", "loss_implementation": "eager"}
+    assert "training with draft_attn_impl=sdpa instead of simple_flex_attention" in (
+        caplog.text
+    )
+
+
+def test_accelerator_substitutes_nothing():
+    cfg = _resolve("--draft-attn-impl", "simple_flex_attention")
+    assert device_fallbacks(cfg, torch.device("cuda", 0)) == {}
+
+
 @pytest.mark.parametrize("attn", CPU_ATTN_IMPLS)
 @pytest.mark.parametrize("loss", CPU_LOSS_IMPLS)
 def test_cpu_keeps_explicit_supported_choices(attn, loss):
     cfg = _resolve("--draft-attn-impl", attn, "--loss-implementation", loss)
-    assert cfg.draft.draft_attn_impl == attn
-    assert cfg.loss.loss_implementation == loss
+    assert device_fallbacks(cfg, CPU) == {}
 
 
-@cpu_only
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -135,50 +141,40 @@ def test_cpu_keeps_explicit_supported_choices(attn, loss):
     ],
     ids=["flex-attention", "fused-loss"],
 )
-def test_cpu_rejects_explicit_accelerator_only_choices(capsys, args, message):
-    with pytest.raises(SystemExit) as exc_info:
-        _resolve(*args)
-    assert exc_info.value.code == 2
-    err = capsys.readouterr().err
-    assert message in err
-    assert "sdpa" in err or "eager" in err
+def test_cpu_rejects_explicit_accelerator_only_choices(args, message):
+    cfg = _resolve(*args)
+    with pytest.raises(ConfigError, match=message) as exc_info:
+        device_fallbacks(cfg, CPU)
+    assert "sdpa" in str(exc_info.value) or "eager" in str(exc_info.value)
 
 
-@cpu_only
-def test_cpu_rejects_accelerator_only_choice_from_yaml(tmp_path, capsys):
+def test_cpu_rejects_accelerator_only_choice_from_yaml(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("train:\n  draft:\n    draft_attn_impl: simple_flex_attention\n")
-    with pytest.raises(SystemExit):
-        _resolve("--config", str(config))
-    assert "use one of: sdpa, eager" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="use one of: sdpa, eager"):
+        device_fallbacks(_resolve("--config", str(config)), CPU)
 
 
-@cpu_only
 def test_cpu_allows_fused_loss_under_triton_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert _resolve("--loss-implementation", "fused").loss.loss_implementation == (
-        "fused"
-    )
+    cfg = _resolve("--loss-implementation", "fused")
+    assert "loss_implementation" not in device_fallbacks(cfg, CPU)
     # Never picked by default: the interpreter is slow.
-    assert _resolve().loss.loss_implementation == "eager"
+    assert device_fallbacks(_resolve(), CPU)["loss_implementation"] == "eager"
 
 
-@cpu_only
 def test_cpu_leaves_mtp_attention_alone():
-    cfg = _resolve("--speculator-type", "mtp")
-    assert cfg.draft.draft_attn_impl == "simple_flex_attention"
-    assert cfg.loss.loss_implementation == "eager"
+    substitutes = device_fallbacks(_resolve("--speculator-type", "mtp"), CPU)
+    assert substitutes == {"loss_implementation": "eager"}
 
 
-@cpu_only
-def test_cpu_defaults_for_config_built_without_provenance():
+def test_cpu_fallbacks_for_config_built_without_provenance():
     cfg = TrainConfig.from_flat({"loss_implementation": "eager"})
-    resolve_device_defaults(cfg)
-    assert cfg.draft.draft_attn_impl == "sdpa"
+    assert device_fallbacks(cfg, CPU) == {"draft_attn_impl": "sdpa"}
 
     explicit = TrainConfig.from_flat({"draft_attn_impl": "simple_flex_attention"})
-    with pytest.raises(ValueError, match="cannot train on CPU"):
-        resolve_device_defaults(explicit)
+    with pytest.raises(ConfigError, match="cannot train on CPU"):
+        device_fallbacks(explicit, CPU)
 
 
 # ---------------------------------------------------------------------------

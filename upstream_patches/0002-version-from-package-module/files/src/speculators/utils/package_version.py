@@ -2,7 +2,7 @@
 
 import importlib.metadata
 
-__all__ = ["speculators_version"]
+__all__ = ["installing_distribution", "speculators_version"]
 
 
 def speculators_version() -> str:
@@ -22,3 +22,19 @@ def speculators_version() -> str:
     except ImportError:
         return importlib.metadata.version("speculators")
     return str(version)
+
+
+def installing_distribution() -> importlib.metadata.Distribution | None:
+    """Return the distribution that installed ``speculators``, when it is another.
+
+    A downstream redistribution ships the ``speculators`` package under its own
+    distribution name; naming it (and its version) tells which build is running.
+
+    :returns: That distribution, or ``None`` when the package comes from the
+        ``speculators`` distribution itself or from no distribution at all.
+    """
+    names = importlib.metadata.packages_distributions().get("speculators", [])
+    for name in names:
+        if name.replace("_", "-").lower() != "speculators":
+            return importlib.metadata.distribution(name)
+    return None
