@@ -26,7 +26,17 @@ from vendorlib.build import (  # noqa: E402
 from vendorlib.pin import load_pin, load_series  # noqa: E402
 
 OUR_REQUIREMENTS = ['triton; sys_platform == "linux"']
-TEST_REQUIREMENTS = ["pytest>=8", "ruff>=0.15", "mypy>=1.10", "tomli-w>=1.0"]
+# pytest-mock, pytest-asyncio and pillow: what upstream's own unit tests need (CI runs
+# them against this install, see .ci/run).
+TEST_REQUIREMENTS = [
+    "pytest>=8",
+    "ruff>=0.15",
+    "mypy>=1.10",
+    "tomli-w>=1.0",
+    "pytest-mock",
+    "pytest-asyncio",
+    "pillow",
+]
 
 
 def main() -> None:

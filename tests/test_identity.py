@@ -27,6 +27,23 @@ def test_speculators_version_stays_upstreams():
     assert getattr(speculators, "__version__", None) in (None, "0.9.0")
 
 
+def test_upstream_cli_version_names_this_build():
+    bin_dir = Path(sys.executable).parent
+    proc = run([str(bin_dir / "speculators"), "--version"])
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "speculators version: 0.9.0"
+    assert lines[1].startswith(
+        f"installed by: speculators-kimi {speculators_kimi.__version__}"
+    )
+    assert "Traceback" not in proc.stderr
+
+
+def test_checkpoint_provenance_records_the_version():
+    from speculators.provenance import pkg_version
+
+    assert pkg_version("speculators") == "0.9.0"
+
+
 def test_cli_version_prints_pin_and_units():
     out = run([sys.executable, "-m", "speculators_kimi.cli", "--version"]).stdout
     assert "upstream speculators 0.9.0" in out
