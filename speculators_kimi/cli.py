@@ -18,7 +18,8 @@ from . import PATCHES, UPSTREAM_NAME, UPSTREAM_VERSION, __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": (
         "speculators_kimi.doctor",
-        "check a verifier checkpoint before training (reads no tensors)",
+        "check a verifier checkpoint before training (reads no tensors unless "
+        "--check-values)",
     ),
     "generate-hidden-states": (
         "speculators_kimi.datagen",

@@ -1,12 +1,18 @@
 """`speculators-kimi doctor <verifier>`: check a verifier before training on it.
 
 Reads only ``config.json``, the weight map and safetensors headers (no tensor
-data, no checkpoint code unless ``--trust-remote-code``) and reports what
-training would use: the resolved text config and where it was found, the decoder
-prefix and the exact embedding / head / final-norm keys with shapes, dtypes and
-shards, whether the head is tied, any quantization, the default EAGLE-3 target
-layer ids, the draft config training would build, an estimate of training
-memory, and every problem with its fix. Exits non-zero when there is a problem.
+data unless ``--check-values``, no checkpoint code unless ``--trust-remote-code``)
+and reports what training would use: the resolved text config and where it was
+found, the decoder prefix and the exact embedding / head / final-norm keys with
+shapes, dtypes and shards, whether the head is tied, any quantization, the
+default EAGLE-3 target layer ids, the draft config training would build, an
+estimate of training memory, and every problem with its fix. Exits non-zero when
+there is a problem.
+
+``--check-values`` also reads the tensors the draft takes from the verifier (input
+embedding, output head unless tied, final norm; a norm bias or FP8 head scale too),
+one at a time in 16 MiB chunks, and reports NaN/inf in any of them as a problem
+(for a Hub id this downloads the shards that hold them, as training would).
 
 The logic lives in the patched ``speculators`` package (units 0003 and 0005):
 ``speculators.utils.text_config`` and ``speculators.utils.verifier_weights``.
@@ -16,6 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import struct
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +35,8 @@ DEFAULT_SEQ_LEN = 8192
 DEFAULT_TTT_STEPS = 3
 FP32 = 4
 ADAM_STATE_BYTES = 8
+# --check-values reads a tensor in chunks of this many stored bytes.
+VALUE_CHUNK_BYTES = 16 << 20
 
 
 @dataclass
@@ -48,6 +59,8 @@ class Report:
     target_layer_ids: list[int] | None = None
     draft_config: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
+    # Per tensor NaN/inf counts; None when --check-values was not given.
+    values: list[dict[str, Any]] | None = None
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -64,6 +77,7 @@ class Report:
             "target_layer_ids": self.target_layer_ids,
             "draft_config": self.draft_config,
             "estimated_memory": self.memory,
+            "value_check": self.values,
             "problems": [p.to_dict() for p in self.problems],
         }
 
@@ -153,6 +167,196 @@ def _weights_section(verifier: str, text_config: Any, report: Report, args) -> A
     if spec.quantization:
         report.quantization.append(f"output head: {spec.quantization}")
     return spec
+
+
+def _value_targets(spec: Any) -> list[tuple[str, Any]]:
+    """``(role, TensorInfo)`` of every verifier tensor the draft reads, once each."""
+    tied = spec.head.key == spec.embed.key and spec.head.shard == spec.embed.shard
+    targets = [("embedding (tied head)" if tied else "embedding", spec.embed)]
+    if not tied:
+        targets.append(("output head", spec.head))
+    for role, info in (
+        ("output head scale", spec.head_scale),
+        ("final norm", spec.norm),
+        ("final norm bias", spec.norm_bias),
+    ):
+        if info is not None:
+            targets.append((role, info))
+    return targets
+
+
+def _shard_path(source: str, shard: str) -> Path:
+    """The local file of ``shard`` (a Hub id's shard is downloaded, or cached)."""
+    if Path(source).is_dir():
+        return Path(source) / shard
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(repo_id=source, filename=shard))
+
+
+def count_nonfinite(
+    path: str | Path, key: str, chunk_bytes: int = VALUE_CHUNK_BYTES
+) -> tuple[int, int]:
+    """NaN and inf counts of the tensor ``key`` of a safetensors file.
+
+    Reads the tensor's bytes ``chunk_bytes`` at a time into one reused buffer
+    (plain reads, no memory map, no copy of the tensor), so a Kimi-K2.5
+    embedding (163840 x 7168 bf16, 2.3 GB) never needs more than one chunk in
+    memory. A chunk is tested on its bit patterns (two max reductions); only a
+    chunk that holds a NaN/inf is counted exactly. Dtypes without a bit test
+    here are read through ``safetensors.safe_open`` in row chunks.
+
+    :param path: the ``.safetensors`` file.
+    :param key: the tensor's key.
+    :param chunk_bytes: about how many stored bytes to read per chunk.
+    :returns: ``(nan, inf)``; both 0 for a tensor that is not floating point.
+    """
+    import numpy as np
+    from speculators.utils.verifier_weights import read_safetensors_header
+
+    path = Path(path)
+    header = read_safetensors_header(path)
+    if key not in header:
+        raise KeyError(f"'{key}' is not in {path}")
+    dtype = str(header[key]["dtype"])
+    if dtype in _INTEGER_DTYPES:
+        return 0, 0
+    if dtype not in _BIT_PATTERNS:
+        return _count_with_safetensors(path, key, chunk_bytes)
+    width, nan_min, inf_bits = _BIT_PATTERNS[dtype]
+    unsigned = np.dtype(f"uint{8 * width}")
+    signed = np.dtype(f"int{8 * width}")
+    sign = 1 << (8 * width - 1)
+    # Finite iff below the first non-finite pattern, read signed (positive
+    # values) and unsigned (negative values: sign bit set).
+    first_bad = inf_bits if inf_bits is not None else nan_min
+    step = max(width, chunk_bytes - chunk_bytes % width)
+    begin, finish = (int(offset) for offset in header[key]["data_offsets"])
+    buffer = np.empty(min(step, finish - begin), dtype=np.uint8)
+    whole = memoryview(buffer)  # type: ignore[arg-type]
+    nan = inf = 0
+    with path.open("rb", buffering=0) as file:
+        (length,) = struct.unpack("<Q", file.read(8))
+        file.seek(8 + length + begin)
+        done = begin
+        while done < finish:
+            view = whole[: min(step, finish - done)]
+            got = 0
+            while got < len(view):
+                read = file.readinto(view[got:])
+                if not read:
+                    raise OSError(f"{path} ends inside '{key}'")
+                got += read
+            done += got
+            raw = buffer[:got]
+            if (
+                int(raw.view(signed).max()) < first_bad
+                and int(raw.view(unsigned).max()) < first_bad | sign
+            ):
+                continue
+            magnitude = raw.view(unsigned) & unsigned.type(sign - 1)
+            nan += int(np.count_nonzero(magnitude >= nan_min))
+            if inf_bits is not None:
+                inf += int(np.count_nonzero(magnitude == inf_bits))
+            del magnitude
+    return nan, inf
+
+
+# dtype -> (bytes, smallest NaN magnitude, inf magnitude or None) on the bits
+# with the sign cleared: all-ones exponent with a zero mantissa is inf, with a
+# non-zero mantissa NaN (FP8 E4M3 has no inf; its only NaN is S.1111.111).
+_BIT_PATTERNS: dict[str, tuple[int, int, int | None]] = {
+    "BF16": (2, 0x7F81, 0x7F80),
+    "F16": (2, 0x7C01, 0x7C00),
+    "F32": (4, 0x7F80_0001, 0x7F80_0000),
+    "F64": (8, 0x7FF0_0000_0000_0001, 0x7FF0_0000_0000_0000),
+    "F8_E5M2": (1, 0x7D, 0x7C),
+    "F8_E4M3": (1, 0x7F, None),
+}
+_INTEGER_DTYPES = frozenset(
+    ("BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64")
+)
+
+
+def _count_with_safetensors(path: Path, key: str, chunk_bytes: int) -> tuple[int, int]:
+    """:func:`count_nonfinite` for other float dtypes: row chunks via
+    ``safe_open``, widened to float32 per chunk."""
+    import torch
+    from safetensors import safe_open
+
+    nan = inf = 0
+    with safe_open(str(path), framework="pt", device="cpu") as handle:
+        piece = handle.get_slice(key)
+        shape = [int(dim) for dim in piece.get_shape()]
+        if 0 in shape:
+            return 0, 0
+        chunks: Any
+        if not shape:
+            chunks = [handle.get_tensor(key)]
+        else:
+            rows = max(1, chunk_bytes // (4 * math.prod(shape[1:])))
+            chunks = (piece[first : first + rows] for first in range(0, shape[0], rows))
+        for chunk in chunks:
+            if not chunk.is_floating_point():
+                return 0, 0
+            widened = chunk.float()
+            nan += int(torch.isnan(widened).sum())
+            inf += int(torch.isinf(widened).sum())
+            del chunk, widened
+    return nan, inf
+
+
+def _values_section(spec: Any, report: Report, progress: Any = None) -> None:
+    """Count NaN/inf in each tensor of :func:`_value_targets`; non-finite is a
+    problem. ``progress`` (a text stream) gets a line per tensor."""
+    import time
+
+    report.values = []
+    for role, info in _value_targets(spec):
+        record: dict[str, Any] = {
+            "role": role,
+            "key": info.key,
+            "file": info.shard,
+            "shape": list(info.shape),
+            "dtype": info.dtype,
+        }
+        report.values.append(record)
+        if progress is not None:
+            print(
+                f"checking values: {role} {info.key} {list(info.shape)} "
+                f"{info.dtype} [{info.shard}] ...",
+                file=progress,
+                flush=True,
+            )
+        started = time.monotonic()
+        try:
+            nan, inf = count_nonfinite(_shard_path(spec.source, info.shard), info.key)
+        except Exception as err:
+            record.update(nan=None, inf=None, finite=None, error=str(err))
+            report.problems.append(
+                Problem(
+                    f"Cannot read the values of '{info.key}' ({info.shard}): "
+                    f"{type(err).__name__}: {err}",
+                    "Re-download the checkpoint (the shard is missing or damaged; "
+                    "for a Hub id offline, it must be in the Hugging Face cache).",
+                )
+            )
+            continue
+        record.update(
+            nan=nan,
+            inf=inf,
+            finite=not (nan or inf),
+            seconds=round(time.monotonic() - started, 3),
+        )
+        if nan or inf:
+            report.problems.append(
+                Problem(
+                    f"Verifier {role} '{info.key}' ({info.shard}) holds {nan} NaN "
+                    f"and {inf} inf value(s); training rejects it.",
+                    "The verifier checkpoint holds non-finite values in "
+                    f"{info.key} ({info.shard}); re-download or re-export it.",
+                )
+            )
 
 
 def _draft_section(verifier: str, args, report: Report) -> Any:
@@ -276,10 +480,13 @@ def diagnose(verifier: str, args: argparse.Namespace) -> Report:
         return report
     if args.draft_vocab_size is None:
         args.draft_vocab_size = min(DEFAULT_DRAFT_VOCAB, int(text_config.vocab_size))
+    spec = None
     try:
-        _weights_section(verifier, text_config, report, args)
+        spec = _weights_section(verifier, text_config, report, args)
     except Exception as err:
         report.problems.append(_problem_for(err))
+    if getattr(args, "check_values", False) and spec is not None:
+        _values_section(spec, report, progress=sys.stderr)
     try:
         draft = _draft_section(verifier, args, report)
         report.memory = estimate_memory(draft, draft_vocab=args.draft_vocab_size)
@@ -348,6 +555,18 @@ def render(report: Report) -> str:
             f"{mem['grads_and_optimizer_gib']}, activations+logits "
             f"{mem['activations_and_logits_gib']}; {mem['assumptions']})"
         )
+    if report.values is not None:
+        lines.append("tensor values (NaN/inf):")
+        for record in report.values:
+            if record["finite"] is None:
+                state = "unreadable"
+            elif record["finite"]:
+                state = "all finite"
+            else:
+                state = f"{record['nan']} NaN, {record['inf']} inf"
+            lines.append(
+                f"  {record['role']}: {record['key']}  [{record['file']}]  {state}"
+            )
     if report.problems:
         lines.append(f"PROBLEMS ({len(report.problems)}):")
         for problem in report.problems:
@@ -366,6 +585,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="load the config with the checkpoint's code (default: read as data)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--check-values",
+        action="store_true",
+        help="also read the embedding, head and final norm (one at a time, in "
+        "chunks) and report NaN/inf in them (default: read no tensor data)",
+    )
     parser.add_argument(
         "--draft-vocab-size",
         type=int,

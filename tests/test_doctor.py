@@ -1,4 +1,5 @@
-"""`speculators-kimi doctor`: reports a verifier without loading tensors.
+"""`speculators-kimi doctor`: reports a verifier without loading tensors
+(unless ``--check-values``, which counts NaN/inf in the tensors the draft uses).
 
 Run with the patched package on the path:
 ``PYTHONPATH=/tmp/unit-weights/src:/work/main pytest tests/test_doctor.py``
@@ -57,7 +58,9 @@ def _write(path: Path, config: dict, shards: list[dict[str, torch.Tensor]]) -> P
     return path
 
 
-def kimi_hub(path: Path, head: dict | None = None) -> Path:
+def kimi_hub(
+    path: Path, head: dict | None = None, norm: torch.Tensor | None = None
+) -> Path:
     """Kimi-K2.5 as the Hub ships it: remote-code config, language_model.* keys."""
     marker = path.parent / "imported"
     path.mkdir(parents=True, exist_ok=True)
@@ -86,7 +89,9 @@ def kimi_hub(path: Path, head: dict | None = None) -> Path:
         f"vision_tower.encoder.blocks.{i}.norm.weight": torch.ones(32) for i in range(2)
     }
     first = {"language_model.model.embed_tokens.weight": torch.randn(VOCAB, HIDDEN)}
-    last = {"language_model.model.norm.weight": torch.ones(HIDDEN)}
+    last = {
+        "language_model.model.norm.weight": torch.ones(HIDDEN) if norm is None else norm
+    }
     last.update(
         head
         if head is not None
@@ -220,6 +225,144 @@ def test_not_a_checkpoint(tmp_path, capsys):
     code, report = _doctor(capsys, str(tmp_path / "nothing-here"))
     assert code == 1
     assert report["problems"]
+
+
+HEAD_KEY = "language_model.lm_head.weight"
+NORM_KEY = "language_model.model.norm.weight"
+LAST_SHARD = "model-00003-of-00003.safetensors"
+
+
+def _nan_head(path: Path) -> Path:
+    head = torch.randn(VOCAB, HIDDEN, dtype=torch.bfloat16)
+    head[VOCAB - 7, 3] = float("nan")
+    head[11, 0] = float("nan")
+    return kimi_hub(path, head={HEAD_KEY: head})
+
+
+def _values(report: dict) -> dict[str, dict]:
+    return {record["key"]: record for record in report["value_check"]}
+
+
+def test_check_values_nan_in_head(tmp_path, capsys):
+    path = _nan_head(tmp_path / "kimi")
+    code, report = _doctor(capsys, str(path), "--check-values")
+    assert code == 1
+    assert not report["ok"]
+    values = _values(report)
+    assert values[HEAD_KEY]["file"] == LAST_SHARD
+    assert (values[HEAD_KEY]["nan"], values[HEAD_KEY]["inf"]) == (2, 0)
+    assert not values[HEAD_KEY]["finite"]
+    assert values["language_model.model.embed_tokens.weight"]["finite"]
+    assert values[NORM_KEY]["finite"]
+    (problem,) = report["problems"]
+    assert HEAD_KEY in problem["problem"] and "2 NaN" in problem["problem"]
+    assert problem["fix"] == (
+        f"The verifier checkpoint holds non-finite values in {HEAD_KEY} "
+        f"({LAST_SHARD}); re-download or re-export it."
+    )
+
+
+def test_check_values_flags_what_training_rejects(tmp_path):
+    # The same checkpoint fails training's load of the verifier tensors.
+    from speculators.utils.verifier_weights import (
+        VerifierWeightsError,
+        load_verifier_tensors,
+        resolve_verifier_weights,
+    )
+
+    spec = resolve_verifier_weights(str(_nan_head(tmp_path / "kimi")))
+    with pytest.raises(VerifierWeightsError, match=HEAD_KEY):
+        load_verifier_tensors(spec)
+
+
+def test_check_values_text_and_progress(tmp_path, capsys):
+    path = _nan_head(tmp_path / "kimi")
+    assert cli.main(["doctor", str(path), "--check-values"]) == 1
+    captured = capsys.readouterr()
+    assert f"output head: {HEAD_KEY}  [{LAST_SHARD}]  2 NaN, 0 inf" in captured.out
+    assert "PROBLEMS (1):" in captured.out
+    progress = [line for line in captured.err.splitlines() if "checking" in line]
+    assert len(progress) == 3
+    assert any(HEAD_KEY in line for line in progress)
+
+
+def test_check_values_inf_in_norm(tmp_path, capsys):
+    norm = torch.ones(HIDDEN)
+    norm[5] = float("-inf")
+    path = kimi_hub(tmp_path / "kimi", norm=norm)
+    code, report = _doctor(capsys, str(path), "--check-values")
+    assert code == 1
+    values = _values(report)
+    assert (values[NORM_KEY]["nan"], values[NORM_KEY]["inf"]) == (0, 1)
+    assert values[HEAD_KEY]["finite"]
+    (problem,) = report["problems"]
+    assert NORM_KEY in problem["problem"] and "1 inf" in problem["problem"]
+    assert NORM_KEY in problem["fix"] and LAST_SHARD in problem["fix"]
+
+
+def test_check_values_clean(tmp_path, capsys):
+    code, report = _doctor(capsys, str(kimi_hub(tmp_path / "kimi")), "--check-values")
+    assert code == 0, report["problems"]
+    assert report["ok"]
+    assert [record["role"] for record in report["value_check"]] == [
+        "embedding",
+        "output head",
+        "final norm",
+    ]
+    assert all(record["finite"] for record in report["value_check"])
+
+
+def test_check_values_tied_embedding_read_once(tmp_path, capsys):
+    path = gemma3_text(tmp_path / "gemma")
+    code, report = _doctor(capsys, str(path), "--check-values")
+    assert code == 0, report["problems"]
+    roles = [record["role"] for record in report["value_check"]]
+    assert roles == ["embedding (tied head)", "final norm"]
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.float32,
+        torch.bfloat16,
+        torch.float16,
+        torch.float64,
+        torch.float8_e5m2,
+        torch.float8_e4m3fn,
+    ],
+    ids=str,
+)
+def test_count_nonfinite_in_chunks(tmp_path, dtype):
+    from speculators_kimi.doctor import _count_with_safetensors, count_nonfinite
+
+    tensor = torch.randn(100, 8)
+    tensor[0, 0] = float("nan")
+    tensor[57, 1] = float("inf")
+    tensor[60, 2] = float("-inf")
+    tensor[99, 7] = -float("nan")
+    write_checkpoint(tmp_path, {"w": tensor.to(dtype)}, None)
+    file = tmp_path / "model.safetensors"
+    # FP8 E4M3 has no inf (torch saturates an inf to its largest finite value).
+    expected = (2, 0) if dtype == torch.float8_e4m3fn else (2, 2)
+    # 24 bytes per chunk: the values fall in different chunks.
+    assert count_nonfinite(file, "w", chunk_bytes=24) == expected
+    assert count_nonfinite(file, "w") == expected
+    # The safe_open path (dtypes without a bit test) counts the same.
+    assert _count_with_safetensors(file, "w", chunk_bytes=96) == expected
+
+
+def test_without_check_values_nan_is_not_read(tmp_path, capsys):
+    # Unchanged contract: without the flag no tensor data is read, so a NaN head
+    # is no problem for doctor (training would reject it).
+    code, report = _doctor(capsys, str(_nan_head(tmp_path / "kimi")))
+    assert code == 0, report["problems"]
+    assert report["ok"]
+    assert report["value_check"] is None
+    assert cli.main(["doctor", str(tmp_path / "kimi")]) == 0
+    captured = capsys.readouterr()
+    assert "no problems found" in captured.out
+    assert "tensor values" not in captured.out
+    assert "checking" not in captured.err
 
 
 def test_version_still_works(capsys):
