@@ -93,6 +93,101 @@ def test_demo_end_to_end_and_rerun(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
     assert json.loads(again[again.rindex("\n{") :])["loss_last"] == report["loss_last"]
 
+    # A train-only flag changed: training alone is redone, from scratch (the old
+    # run's checkpoints are gone, nothing resumes from them).
+    inputs = _mtimes(out / "verifier", out / "data")
+    steps = json.loads((ckpt / "training_state.json").read_text())["global_step"]
+    assert ckpt.name == "2"
+    third = run([*cmd, "--epochs", "1"], timeout=600).stdout
+    for stage in ("verifier", "data", "hidden-states"):
+        assert f"stage {stage}: done before, reusing" in third
+    assert "[demo] train: inputs changed (epochs 3 -> 1); redoing train\n" in third
+    assert "stage train: finished" in third
+    assert "Found checkpoint at" not in third
+    assert _mtimes(out / "verifier", out / "data") == inputs
+    checkpoints = out / "run" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir() if p.name.isdigit()) == ["0"]
+    state = json.loads((checkpoints / "0" / "training_state.json").read_text())
+    assert 3 * state["global_step"] == steps
+    assert json.loads(third[third.rindex("\n{") :])["checkpoint"].endswith("/0")
+
+
+def _mtimes(*dirs: Path) -> dict[Path, int]:
+    """Every file under ``dirs`` with its modification time."""
+    return {p: p.stat().st_mtime_ns for d in dirs for p in d.rglob("*") if p.is_file()}
+
+
+def _rows(data: Path) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    from datasets import load_from_disk
+
+    dataset = load_from_disk(str(data)).with_format(None)
+    pairs = zip(dataset["input_ids"], dataset["loss_mask"], strict=True)
+    return sorted((tuple(map(int, i)), tuple(map(int, m))) for i, m in pairs)
+
+
+def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path, capsys):
+    from transformers import PreTrainedTokenizerFast
+
+    from speculators_kimi.datagen import HS_DIRNAME
+    from speculators_kimi.tiny_verifier import tokenize_with_mask
+
+    out = tmp_path / "demo"
+    data, hs = out / "data", out / "data" / HS_DIRNAME
+
+    def demo(num_samples: int) -> str:
+        capsys.readouterr()
+        run_demo(DemoSettings(out=out, num_samples=num_samples, train=False))
+        return capsys.readouterr().out
+
+    def expected_rows(n: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(out / "verifier")
+        rows = [tokenize_with_mask(tokenizer, c) for c in load_conversations(n)]
+        return sorted((tuple(i), tuple(m)) for i, m in rows)
+
+    demo(12)
+    assert len(list(hs.glob("hs_*.safetensors"))) == 12
+    verifier = _mtimes(out / "verifier")
+
+    # Fewer samples: data and hidden states are redone, the verifier is reused,
+    # and no row or hidden-state file of the 12-sample run is left.
+    text = demo(6)
+    assert "stage verifier: done before, reusing" in text
+    assert (
+        "[demo] data: inputs changed (num_samples 12 -> 6); "
+        "redoing data, hidden-states\n" in text
+    ), text
+    assert "stage hidden-states: running" in text
+    assert _mtimes(out / "verifier") == verifier
+    assert _rows(data) == expected_rows(6)
+    assert sorted(p.name for p in hs.iterdir()) == sorted(
+        f"hs_{i}.safetensors" for i in range(6)
+    )
+    marker = json.loads((out / ".stages" / "data").read_text())
+    assert marker["inputs"]["num_samples"] == 6
+    assert marker["result"]["samples"] == 6
+
+    # Unchanged: every stage is reused and no output is rewritten.
+    before = _mtimes(out)
+    text = demo(6)
+    for stage in ("verifier", "data", "hidden-states"):
+        assert f"stage {stage}: done before, reusing" in text
+    assert "running" not in text
+    assert _mtimes(out) == before
+
+    # A marker of the previous format (no recorded inputs) counts as changed.
+    old = out / ".stages" / "hidden-states"
+    old.write_text(json.dumps({"written": 6, "target_layer_ids": [2, 4, 5]}) + "\n")
+    text = demo(6)
+    assert (
+        "[demo] hidden-states: inputs changed (no recorded inputs: made by an "
+        "older demo); redoing hidden-states\n" in text
+    ), text
+    assert "stage data: done before, reusing" in text
+    after = _mtimes(out)
+    redone = (hs, out / ".stages")
+    assert all(after[p] == t for p, t in before.items() if p.parent not in redone)
+    assert all(after[p] > before[p] for p in hs.iterdir())
+
 
 # --------------------------------------------------------------------------- slow
 
@@ -190,3 +285,64 @@ def test_interrupted_training_resumes_from_its_checkpoint(demo_inputs, tmp_path)
     assert final["global_step"] == 3 * step0
     for epoch in ("0", "1", "2"):
         _check_checkpoint(ckpts / epoch)
+
+
+def _demo_until_first_checkpoint(cmd: list[str], out: Path) -> str:
+    """Run the demo CLI and kill it (trainer included) after epoch 0's checkpoint."""
+    ckpt = out / "run" / "checkpoints" / "0"
+    log = out.parent / "killed.log"
+    start = time.time_ns()
+
+    def saved() -> bool:  # by this run (an earlier one's may still be there)
+        try:
+            return (ckpt / "val_metrics.json").stat().st_mtime_ns >= start
+        except FileNotFoundError:
+            return False
+
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            if saved():
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.02)
+        proc.wait()
+    text = log.read_text()
+    assert proc.returncode == -signal.SIGKILL, text[-3000:]
+    assert not (ckpt.parent / "1").exists()
+    return text
+
+
+@pytest.mark.slow
+def test_demo_interrupted_training(tmp_path):
+    out = tmp_path / "demo"
+    base = [sys.executable, "-m", "speculators_kimi.demo", "--out", str(out)]
+    cmd = [*base, "--num-samples", "10", "--epochs", "2"]
+    _demo_until_first_checkpoint(cmd, out)
+
+    # Rerun with another train flag: the unfinished training is not resumed.
+    changed = [*base, "--num-samples", "10", "--epochs", "3"]
+    text = _demo_until_first_checkpoint(changed, out)
+    for stage in ("verifier", "data", "hidden-states"):
+        assert f"stage {stage}: done before, reusing" in text
+    assert (
+        "[demo] train: inputs changed since an unfinished run (epochs 2 -> 3); "
+        "redoing train\n" in text
+    ), text[-3000:]
+    assert "Found checkpoint at" not in text
+    ckpt0 = out / "run" / "checkpoints" / "0"
+    kept = {n: (ckpt0 / n).read_bytes() for n in ("model.safetensors", "config.json")}
+
+    # Rerun unchanged: training resumes from the checkpoint it left.
+    again = run(changed, timeout=600).stdout
+    assert "[demo] stage train: resuming an unfinished run (inputs unchanged)" in again
+    assert "Found checkpoint at" in again and "Resuming training on epoch 1" in again
+    for name, content in kept.items():
+        assert (ckpt0 / name).read_bytes() == content, name
+    assert (out / "run" / "checkpoints" / "2").is_dir()
+    assert not (out / ".stages" / "train.started").exists()
+    marker = json.loads((out / ".stages" / "train").read_text())
+    assert marker["inputs"]["epochs"] == 3
