@@ -114,12 +114,15 @@ def incomplete_reason(checkpoint: Path) -> str | None:
     """Why ``checkpoint`` cannot be resumed from, or ``None`` if it can.
 
     Reads no tensor data: the weights file's safetensors header and size, and
-    the optimizer file's zip directory. A directory holding neither weights,
-    optimizer state nor config is not judged (it is not a torn save).
+    the optimizer file's zip directory. Only directories a save wrote into are
+    judged: every save writes ``config.json`` first, so a directory without it
+    (empty, or laid out by hand) is left alone.
 
     :param checkpoint: A checkpoint directory, e.g. ``<save_path>/3``.
     :returns: A short reason naming the missing or torn file, or ``None``.
     """
+    if not (checkpoint / _CONFIG_FILE).is_file():
+        return None
     model = checkpoint / _MODEL_FILE
     optimizer = checkpoint / _OPTIMIZER_FILE
     if model.is_file():
@@ -128,7 +131,7 @@ def incomplete_reason(checkpoint: Path) -> str | None:
             return problem
         if not optimizer.is_file():
             return f"{_OPTIMIZER_FILE} is missing"
-    elif optimizer.is_file() or (checkpoint / _CONFIG_FILE).is_file():
+    else:
         return f"{_MODEL_FILE} is missing"
     if optimizer.is_file() and not zipfile.is_zipfile(optimizer):
         return f"{_OPTIMIZER_FILE} is truncated or not a torch.save file"
