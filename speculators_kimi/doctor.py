@@ -11,8 +11,9 @@ there is a problem.
 
 ``--check-values`` also reads the tensors the draft takes from the verifier (input
 embedding, output head unless tied, final norm; a norm bias or FP8 head scale too),
-one at a time in 16 MiB chunks, and reports NaN/inf in any of them as a problem
-(for a Hub id this downloads the shards that hold them, as training would).
+one at a time in 16 MiB chunks read with ``safetensors``, and reports NaN/inf in any
+of them as a problem (for a Hub id this downloads the shards that hold them, as
+training would).
 
 The logic lives in the patched ``speculators`` package (units 0003 and 0005):
 ``speculators.utils.text_config`` and ``speculators.utils.verifier_weights``.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import struct
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -185,102 +185,20 @@ def _value_targets(spec: Any) -> list[tuple[str, Any]]:
     return targets
 
 
-def _shard_path(source: str, shard: str) -> Path:
-    """The local file of ``shard`` (a Hub id's shard is downloaded, or cached)."""
-    if Path(source).is_dir():
-        return Path(source) / shard
-    from huggingface_hub import hf_hub_download
-
-    return Path(hf_hub_download(repo_id=source, filename=shard))
-
-
 def count_nonfinite(
     path: str | Path, key: str, chunk_bytes: int = VALUE_CHUNK_BYTES
 ) -> tuple[int, int]:
     """NaN and inf counts of the tensor ``key`` of a safetensors file.
 
-    Reads the tensor's bytes ``chunk_bytes`` at a time into one reused buffer
-    (plain reads, no memory map, no copy of the tensor), so a Kimi-K2.5
-    embedding (163840 x 7168 bf16, 2.3 GB) never needs more than one chunk in
-    memory. A chunk is tested on its bit patterns (two max reductions); only a
-    chunk that holds a NaN/inf is counted exactly. Dtypes without a bit test
-    here are read through ``safetensors.safe_open`` in row chunks.
+    Reads ``safetensors``' slices of about ``chunk_bytes`` (whole rows) one at a
+    time, so a Kimi-K2.5 embedding (163840 x 7168 bf16, 2.3 GB) never needs more
+    than one chunk of anonymous memory.
 
     :param path: the ``.safetensors`` file.
     :param key: the tensor's key.
-    :param chunk_bytes: about how many stored bytes to read per chunk.
+    :param chunk_bytes: about how many bytes to read per chunk.
     :returns: ``(nan, inf)``; both 0 for a tensor that is not floating point.
     """
-    import numpy as np
-    from speculators.utils.verifier_weights import read_safetensors_header
-
-    path = Path(path)
-    header = read_safetensors_header(path)
-    if key not in header:
-        raise KeyError(f"'{key}' is not in {path}")
-    dtype = str(header[key]["dtype"])
-    if dtype in _INTEGER_DTYPES:
-        return 0, 0
-    if dtype not in _BIT_PATTERNS:
-        return _count_with_safetensors(path, key, chunk_bytes)
-    width, nan_min, inf_bits = _BIT_PATTERNS[dtype]
-    unsigned = np.dtype(f"uint{8 * width}")
-    signed = np.dtype(f"int{8 * width}")
-    sign = 1 << (8 * width - 1)
-    # Finite iff below the first non-finite pattern, read signed (positive
-    # values) and unsigned (negative values: sign bit set).
-    first_bad = inf_bits if inf_bits is not None else nan_min
-    step = max(width, chunk_bytes - chunk_bytes % width)
-    begin, finish = (int(offset) for offset in header[key]["data_offsets"])
-    buffer = np.empty(min(step, finish - begin), dtype=np.uint8)
-    whole = memoryview(buffer)  # type: ignore[arg-type]
-    nan = inf = 0
-    with path.open("rb", buffering=0) as file:
-        (length,) = struct.unpack("<Q", file.read(8))
-        file.seek(8 + length + begin)
-        done = begin
-        while done < finish:
-            view = whole[: min(step, finish - done)]
-            got = 0
-            while got < len(view):
-                read = file.readinto(view[got:])
-                if not read:
-                    raise OSError(f"{path} ends inside '{key}'")
-                got += read
-            done += got
-            raw = buffer[:got]
-            if (
-                int(raw.view(signed).max()) < first_bad
-                and int(raw.view(unsigned).max()) < first_bad | sign
-            ):
-                continue
-            magnitude = raw.view(unsigned) & unsigned.type(sign - 1)
-            nan += int(np.count_nonzero(magnitude >= nan_min))
-            if inf_bits is not None:
-                inf += int(np.count_nonzero(magnitude == inf_bits))
-            del magnitude
-    return nan, inf
-
-
-# dtype -> (bytes, smallest NaN magnitude, inf magnitude or None) on the bits
-# with the sign cleared: all-ones exponent with a zero mantissa is inf, with a
-# non-zero mantissa NaN (FP8 E4M3 has no inf; its only NaN is S.1111.111).
-_BIT_PATTERNS: dict[str, tuple[int, int, int | None]] = {
-    "BF16": (2, 0x7F81, 0x7F80),
-    "F16": (2, 0x7C01, 0x7C00),
-    "F32": (4, 0x7F80_0001, 0x7F80_0000),
-    "F64": (8, 0x7FF0_0000_0000_0001, 0x7FF0_0000_0000_0000),
-    "F8_E5M2": (1, 0x7D, 0x7C),
-    "F8_E4M3": (1, 0x7F, None),
-}
-_INTEGER_DTYPES = frozenset(
-    ("BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64")
-)
-
-
-def _count_with_safetensors(path: Path, key: str, chunk_bytes: int) -> tuple[int, int]:
-    """:func:`count_nonfinite` for other float dtypes: row chunks via
-    ``safe_open``, widened to float32 per chunk."""
     import torch
     from safetensors import safe_open
 
@@ -290,19 +208,23 @@ def _count_with_safetensors(path: Path, key: str, chunk_bytes: int) -> tuple[int
         shape = [int(dim) for dim in piece.get_shape()]
         if 0 in shape:
             return 0, 0
-        chunks: Any
         if not shape:
-            chunks = [handle.get_tensor(key)]
+            chunks: Any = [handle.get_tensor(key)]
         else:
-            rows = max(1, chunk_bytes // (4 * math.prod(shape[1:])))
+            row_bytes = 8 * math.prod(shape[1:])  # an upper bound per element
+            rows = max(1, chunk_bytes // row_bytes)
             chunks = (piece[first : first + rows] for first in range(0, shape[0], rows))
         for chunk in chunks:
             if not chunk.is_floating_point():
                 return 0, 0
-            widened = chunk.float()
-            nan += int(torch.isnan(widened).sum())
-            inf += int(torch.isinf(widened).sum())
-            del chunk, widened
+            if chunk.element_size() == 1:  # FP8: no isnan/isinf kernels
+                chunk = chunk.float()
+            # A max propagates NaN and inf: one cheap reduction clears a clean
+            # chunk (about 8x faster than isnan + isinf on bf16 here).
+            if torch.isfinite(chunk.abs().amax()):
+                continue
+            nan += int(torch.isnan(chunk).sum())
+            inf += int(torch.isinf(chunk).sum())
     return nan, inf
 
 
@@ -310,6 +232,8 @@ def _values_section(spec: Any, report: Report, progress: Any = None) -> None:
     """Count NaN/inf in each tensor of :func:`_value_targets`; non-finite is a
     problem. ``progress`` (a text stream) gets a line per tensor."""
     import time
+
+    from speculators.utils.verifier_weights import _resolve_file
 
     report.values = []
     for role, info in _value_targets(spec):
@@ -330,7 +254,7 @@ def _values_section(spec: Any, report: Report, progress: Any = None) -> None:
             )
         started = time.monotonic()
         try:
-            nan, inf = count_nonfinite(_shard_path(spec.source, info.shard), info.key)
+            nan, inf = count_nonfinite(_resolve_file(spec.source, info.shard), info.key)
         except Exception as err:
             record.update(nan=None, inf=None, finite=None, error=str(err))
             report.problems.append(
