@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,7 @@ def test_resume_after_sigkill_during_a_save(tiny, tmp_path):
             stderr=subprocess.DEVNULL,
         )
         while proc.poll() is None and not staging.exists():
-            pass
+            time.sleep(0.001)  # a save (fsyncs included) lasts longer than this
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

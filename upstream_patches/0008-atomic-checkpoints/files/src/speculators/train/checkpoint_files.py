@@ -23,8 +23,8 @@ __all__ = [
     "commit_staged",
     "fsync_tree",
     "incomplete_reason",
-    "restore_replaced",
     "set_aside",
+    "set_aside_incomplete",
     "staging_dir",
 ]
 
@@ -172,7 +172,7 @@ def set_aside(checkpoint: Path, reason: str) -> Path:
     return target
 
 
-def restore_replaced(root: Path) -> None:
+def _restore_replaced(root: Path) -> None:
     """Undo a save killed between its two renames (see :func:`commit_staged`).
 
     A ``.<name>.replaced`` directory whose ``<name>`` is missing is the previous,
@@ -183,3 +183,25 @@ def restore_replaced(root: Path) -> None:
         if not final.exists():
             replaced.rename(final)
             logger.warning("Restored %s from %s.", final, replaced)
+
+
+def set_aside_incomplete(root: Path) -> None:
+    """Make the newest complete checkpoint under ``root`` the newest one there.
+
+    Restores a checkpoint a killed save had moved out of the way, and sets aside
+    (see :func:`set_aside`) leftover staging directories and torn checkpoints.
+
+    :param root: The checkpoint root (``save_path``).
+    """
+    if not root.is_dir():
+        return
+    _restore_replaced(root)
+    for d in sorted(root.iterdir()):
+        if d.is_symlink() or not d.is_dir():
+            continue
+        if d.name.startswith(".") and d.name.endswith(STAGING_SUFFIX):
+            set_aside(d, "its save did not finish")
+        elif d.name.isdigit() or d.name == "interrupted":
+            reason = incomplete_reason(d)
+            if reason:
+                set_aside(d, reason)

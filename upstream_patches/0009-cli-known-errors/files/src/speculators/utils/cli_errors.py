@@ -68,7 +68,10 @@ def check_model_source(name_or_path: str, flag: str) -> None:
                 f"{flag} {name_or_path}: {config} does not exist; point it at a "
                 "model directory that holds a config.json."
             )
-        check_json_file(config)
+        # Imported here: text_config imports this module's error type.
+        from speculators.utils.text_config import load_config_dict  # noqa: PLC0415
+
+        load_config_dict(config)  # invalid JSON is a ModelSourceError naming it
         return
     if _looks_local(name_or_path):
         raise ModelSourceError(
@@ -90,18 +93,6 @@ def check_model_source(name_or_path: str, flag: str) -> None:
             "cache and HF_HUB_OFFLINE=1 forbids downloading it; unset "
             f"HF_HUB_OFFLINE, or download it first (hf download {name_or_path})."
         )
-
-
-def check_json_file(path: Path) -> None:
-    """Raise :class:`ModelSourceError` naming ``path`` if it is not valid JSON."""
-    import json  # noqa: PLC0415
-
-    try:
-        json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelSourceError(
-            f"{path}: not valid JSON ({exc}); fix or re-download the file."
-        ) from None
 
 
 def _known_types() -> tuple[type[BaseException], ...]:
