@@ -73,7 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    return int(args.func(args))
+    # Known errors (bad verifier path, config, weights) as one line, as upstream's
+    # commands report them (unit 0009); imported here to keep --version fast.
+    from speculators.utils.cli_errors import run_cli
+
+    return int(run_cli(lambda: args.func(args)))
 
 
 def command_main(name: str, argv: Sequence[str] | None = None) -> int:

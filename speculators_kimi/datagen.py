@@ -753,6 +753,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``generate-hidden-states`` from parsed arguments."""
+    from speculators.utils.cli_errors import check_model_source
+
+    check_model_source(args.verifier, "--verifier")
     try:
         res = generate_hidden_states(
             args.verifier,

@@ -312,3 +312,15 @@ def test_generate_in_process_matches_model(kimi, tmp_path):
         assert got["token_ids"].tolist() == ids
         want, _ = capture_hidden_states(model, torch.tensor([ids]), [2, 4, 5])
         torch.testing.assert_close(got["hidden_states"], want[0], atol=2e-5, rtol=1e-4)
+
+
+def test_missing_verifier_is_one_line(tmp_path):
+    missing = tmp_path / "no-such-verifier"
+    proc = run(
+        [sys.executable, "-m", "speculators_kimi.cli", "generate-hidden-states"]
+        + ["--verifier", str(missing), "--data-path", str(tmp_path)],
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert f"{missing}: the local path does not exist" in proc.stderr

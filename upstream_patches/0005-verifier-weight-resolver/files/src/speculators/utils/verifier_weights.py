@@ -50,6 +50,7 @@ from speculators.utils.text_config import (
     config_from_dict,
     get_text_config,
     load_config_dict,
+    text_config_dict,
     ties_word_embeddings,
 )
 
@@ -587,7 +588,7 @@ def _load_configs(
     text_config: PretrainedConfig | None,
     trust_remote_code: bool,
     revision: str | None,
-) -> tuple[PretrainedConfig, bool]:
+) -> tuple[PretrainedConfig, bool, str]:
     config_dict = load_config_dict(name_or_path, revision=revision)
     if text_config is None:
         if trust_remote_code:
@@ -603,7 +604,28 @@ def _load_configs(
     tied = getattr(text_config, "tie_word_embeddings", None)
     if tied is None:
         tied = ties_word_embeddings(config_dict)
-    return text_config, bool(tied)
+    return text_config, bool(tied), _shape_hint(config_dict, text_config)
+
+
+def _shape_hint(config_dict: dict[str, Any], text_config: PretrainedConfig) -> str:
+    """The advice for weights that contradict the text config's sizes.
+
+    When ``config.json`` does not set a size, the config class's default stands in
+    for it; the weights are then right and the default is what to fix.
+    """
+    raw = text_config_dict(config_dict)
+    unset = [
+        f"{name} (so {type(text_config).__name__}'s default "
+        f"{getattr(text_config, name)} was used)"
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers")
+        if name not in raw and getattr(text_config, name, None) is not None
+    ]
+    if not unset:
+        return OVERRIDE_HINT
+    return (
+        f"Its config.json does not set {' nor '.join(unset)}: add the value the "
+        "weights have to the text config in config.json."
+    )
 
 
 def _layer_count_ok(indices: set[int], layers: int, extra: int) -> bool:
@@ -627,14 +649,22 @@ def _overridden(what: str, key: str, flag: str, headers: _Headers) -> TensorInfo
 
 
 def _check_shape(
-    info: TensorInfo, expected: tuple[int, ...], what: str, source: str
+    info: TensorInfo,
+    expected: tuple[int, ...],
+    what: str,
+    source: str,
+    hint: str = OVERRIDE_HINT,
 ) -> None:
     if tuple(info.shape) != expected:
+        advice = (
+            "Check that the text config matches the weights, or name the right "
+            f"tensor. {hint}"
+            if hint == OVERRIDE_HINT
+            else hint
+        )
         raise VerifierWeightsError(
             f"The verifier {what} {info.describe()} of {source} contradicts the "
-            f"text config, which implies shape {list(expected)}. Check that the "
-            f"text config matches the weights, or name the right tensor. "
-            f"{OVERRIDE_HINT}"
+            f"text config, which implies shape {list(expected)}. {advice}"
         )
 
 
@@ -645,6 +675,7 @@ def _find_prefix(  # noqa: C901, PLR0917
     extra_layers: int,
     expected: tuple[int, int],
     source: str,
+    hint: str = OVERRIDE_HINT,
 ) -> str:
     """The decoder prefix: matching layer count and embedding shape."""
     keys = list(weight_map)
@@ -687,7 +718,7 @@ def _find_prefix(  # noqa: C901, PLR0917
             f"No decoder in {source} has {layers} layers and an input embedding of "
             f"shape {list(expected)} (the text config's num_hidden_layers, "
             f"vocab_size and hidden_size). Seen: {'; '.join(seen) or 'nothing'}. "
-            f"{OVERRIDE_HINT}"
+            f"{hint}"
         )
     listed = "; ".join(f"prefix '{p}': {info.describe()}" for p, info in matches)
     raise VerifierWeightsError(
@@ -740,7 +771,7 @@ def resolve_verifier_weights(  # noqa: C901
         unsupported formats, and missing or corrupt shards.
     """
     source = str(name_or_path)
-    text_config, tied_config = _load_configs(
+    text_config, tied_config, shape_hint = _load_configs(
         name_or_path, text_config, trust_remote_code, revision
     )
     vocab = _int(text_config, "vocab_size")
@@ -769,7 +800,7 @@ def resolve_verifier_weights(  # noqa: C901
         prefix = ".".join(embed_key.split(".")[:-2])
     elif embed_key is None:
         prefix = _find_prefix(
-            weight_map, headers, layers, extra_layers, expected, source
+            weight_map, headers, layers, extra_layers, expected, source, shape_hint
         )
     scopes = _ancestors(prefix) if prefix is not None else [""]
 
@@ -787,7 +818,7 @@ def resolve_verifier_weights(  # noqa: C901
                 f"'{prefix}' of {source}. {OVERRIDE_HINT}"
             )
         embed = picked
-    _check_shape(embed, expected, "input embedding", source)
+    _check_shape(embed, expected, "input embedding", source, shape_hint)
     if embed.dtype not in FLOAT_DTYPES:
         raise VerifierWeightsError(
             f"The verifier input embedding {embed.describe()} is not stored as "
@@ -830,7 +861,7 @@ def resolve_verifier_weights(  # noqa: C901
             head = embed
             tied = True
             notes.append("output head tied to the input embedding (text config)")
-    _check_shape(head, expected, "output head", source)
+    _check_shape(head, expected, "output head", source, shape_hint)
     if head.dtype in FP8_DTYPES:
         module = head.key.rsplit(".", 1)[0]
         scale_key = _join(module, "weight_scale_inv")
@@ -869,11 +900,11 @@ def resolve_verifier_weights(  # noqa: C901
             f"'{prefix}' of {source}. {OVERRIDE_HINT}"
         )
     if norm is not None:
-        _check_shape(norm, (hidden,), "final norm", source)
+        _check_shape(norm, (hidden,), "final norm", source, shape_hint)
         bias_key = norm.key.rsplit(".", 1)[0] + ".bias"
         if bias_key in weight_map:
             norm_bias = headers.info(bias_key)
-            _check_shape(norm_bias, (hidden,), "final norm bias", source)
+            _check_shape(norm_bias, (hidden,), "final norm bias", source, shape_hint)
     if norm_bias is not None or model_type in LAYERNORM_MODEL_TYPES:
         norm_kind = "layernorm"
     elif model_type in GEMMA_STYLE_MODEL_TYPES:

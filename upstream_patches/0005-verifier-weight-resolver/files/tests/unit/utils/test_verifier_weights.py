@@ -417,3 +417,20 @@ def test_has_nan_matches_isnan_any_in_every_piece(monkeypatch, dtype):
     assert verifier_weights.has_nan(torch.full((3, 3), float("nan"), dtype=dtype))
     assert not verifier_weights.has_nan(torch.empty(0, dtype=dtype))
     assert not verifier_weights.has_nan(torch.arange(10))
+
+
+def test_error_blames_a_defaulted_size_not_the_weights(tmp_path):
+    # config.json without vocab_size: LlamaConfig's default (32000) stands in and
+    # contradicts the weights; the advice is to set it, not to fix the weights.
+    path = _flat(tmp_path, _minimal())
+    data = json.loads((path / "config.json").read_text())
+    del data["vocab_size"]
+    (path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(VerifierWeightsError) as err:
+        resolve_verifier_weights(path)
+    message = str(err.value)
+    assert "does not set vocab_size (so LlamaConfig's default 32000 was used)" in (
+        message
+    )
+    assert "add the value the weights have" in message
+    assert "Check that the text config matches" not in message
