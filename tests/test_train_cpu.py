@@ -176,3 +176,19 @@ def test_explicit_flex_attention_on_cpu_is_a_clear_error(tiny, tmp_path):
     assert "sdpa" in out
     assert not (tmp_path / "run" / "checkpoints" / "0").exists()
     shutil.rmtree(tmp_path / "run", ignore_errors=True)
+
+
+def test_torchrun_reports_a_known_error_once(tmp_path):
+    missing = tmp_path / "no-such-verifier"
+    proc = run(
+        [str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port"]
+        + [str(free_port()), "-m", "speculators.train"]
+        + ["--verifier-name-or-path", str(missing), "--data-path", str(tmp_path)],
+        cwd=tmp_path,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    # Our one line, once; torchrun then adds its own launcher failure report.
+    assert proc.stderr.count(f"{missing}: the local path does not exist") == 1
+    assert proc.stderr.count("error: ModelSourceError:") == 1

@@ -132,8 +132,10 @@ def run_cli(main: Callable[[], Any]) -> Any:
         message = known_error_message(exc)
         if message is None or os.environ.get(TRACEBACK_ENV, "0") not in {"", "0"}:
             raise
-        print(f"error: {message}", file=sys.stderr)  # noqa: T201
-        print(  # noqa: T201
-            f"(set {TRACEBACK_ENV}=1 to see the traceback)", file=sys.stderr
-        )
+        # Under torchrun every rank fails alike: one report is enough.
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {message}", file=sys.stderr)  # noqa: T201
+            print(  # noqa: T201
+                f"(set {TRACEBACK_ENV}=1 to see the traceback)", file=sys.stderr
+            )
         sys.exit(1)

@@ -46,6 +46,7 @@ def test_offline_hub_id_names_the_id_and_offline_mode(monkeypatch, tmp_path):
 
 def test_run_cli_reports_a_known_error_in_one_line(capsys, monkeypatch):
     monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    monkeypatch.delenv("RANK", raising=False)
 
     def fail() -> None:
         raise ConfigError("--foo cannot be 3; use 1 or 2.")
@@ -58,6 +59,20 @@ def test_run_cli_reports_a_known_error_in_one_line(capsys, monkeypatch):
         "error: ConfigError: --foo cannot be 3; use 1 or 2.",
         f"(set {TRACEBACK_ENV}=1 to see the traceback)",
     ]
+
+
+def test_run_cli_reports_once_under_torchrun(capsys, monkeypatch):
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+
+    def fail() -> None:
+        raise ConfigError("bad")
+
+    for rank, reported in (("0", True), ("3", False)):
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(SystemExit) as exc_info:
+            run_cli(fail)
+        assert exc_info.value.code == 1
+        assert ("error: ConfigError: bad" in capsys.readouterr().err) is reported
 
 
 def test_run_cli_keeps_tracebacks_on_request_and_for_bugs(monkeypatch):
