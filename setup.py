@@ -1,33 +1,31 @@
-"""Build hook: materialize the pinned upstream release plus our patch units.
+"""What `pyproject.toml` cannot declare statically: the vendored package and its needs.
 
-Before setuptools collects packages, `tools/vendorlib` downloads (or takes from
-SPECULATORS_KIMI_UPSTREAM_SDIST) the pinned `speculators` sdist, checks its sha256,
-applies `upstream_patches/series` into `.vendored/`, and reports upstream's
-Requires-Dist and console scripts. Any failure stops the build with its cause.
+The build backend (`tools/vendorlib/backend.py`) has materialized `.vendored/` (the
+pinned upstream release plus our units) before setuptools runs this file; here it is
+only read: its packages, upstream's Requires-Dist (minus the pin's drops) plus ours,
+and the `_build_info.py` module written into the build directory.
 """
 
-import shutil
 import sys
 from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from vendorlib import VendorError  # noqa: E402
 from vendorlib.build import (  # noqa: E402
-    ensure_vendored,
-    upstream_console_scripts,
+    STAMP,
+    build_info_text,
     upstream_requirements,
-    write_build_info,
-    write_notice,
+    vendored_dir,
 )
 from vendorlib.pin import load_pin, load_series  # noqa: E402
 
 OUR_REQUIREMENTS = ['triton; sys_platform == "linux"']
 # pytest-mock, pytest-asyncio and pillow: what upstream's own unit tests need (CI runs
-# them against this install, see .ci/run).
+# them against this install, see .ci/run); build and twine: the release checks.
 TEST_REQUIREMENTS = [
     "pytest>=8",
     "ruff>=0.15",
@@ -36,51 +34,54 @@ TEST_REQUIREMENTS = [
     "pytest-mock",
     "pytest-asyncio",
     "pillow",
+    "build>=1.2",
+    "twine>=6",
 ]
 
-
-def main() -> None:
-    try:
-        tree = ensure_vendored(ROOT)
-        pin = load_pin(ROOT)
-        units = [u.name for u in load_series(ROOT)]
-        write_build_info(ROOT, pin, units)
-        write_notice(ROOT, tree, pin, units)
-        reqs = upstream_requirements(tree, pin)
-        scripts = upstream_console_scripts(tree)
-    except VendorError as err:
-        sys.exit(f"\nspeculators-kimi build failed:\n{err}\n")
-    # A stale build/lib would leak files a unit removed into the wheel, and a stale
-    # egg-info in the project root would shadow the installed entry points for code
-    # run from here (importlib.metadata also scans the current directory).
-    shutil.rmtree(ROOT / "build" / "lib", ignore_errors=True)
-    shutil.rmtree(ROOT / "speculators_kimi.egg-info", ignore_errors=True)
-    src = tree.relative_to(ROOT) / "src"
-    upstream_pkgs = find_packages(
-        str(ROOT / src), include=["speculators", "speculators.*"]
+TREE = vendored_dir(ROOT)
+if not (TREE / STAMP).is_file():
+    sys.exit(
+        f"{TREE}: missing. Build through the PEP 517 backend (`pip install .`, "
+        "`python -m build`), which materializes it first; setup.py is not a command."
     )
-    ours = find_packages(str(ROOT), include=["speculators_kimi", "speculators_kimi.*"])
-    setup(
-        packages=upstream_pkgs + ours,
-        package_dir={"speculators": str(src / "speculators")},
-        package_data={"speculators": ["py.typed"], "speculators_kimi": ["data/*"]},
-        install_requires=reqs.base + OUR_REQUIREMENTS,
-        extras_require={**reqs.extras, "test": TEST_REQUIREMENTS},
-        entry_points={
-            "console_scripts": [
-                *scripts,
-                "speculators-kimi = speculators_kimi.cli:main",
-            ],
-            "speculators.attention_backends": [
-                "triton = speculators_kimi.kernels.backend:TritonBackend",
-            ],
-        },
-        license_files=[
-            "LICENSE",
-            f"{tree.relative_to(ROOT)}/UPSTREAM-LICENSE",
-            f"{tree.relative_to(ROOT)}/NOTICE",
-        ],
-    )
+PIN = load_pin(ROOT)
+UNITS = [u.name for u in load_series(ROOT)]
 
 
-main()
+class BuildPyWithBuildInfo(build_py):
+    """build_py that also writes `speculators_kimi/_build_info.py` into build_lib."""
+
+    def run(self) -> None:
+        super().run()
+        target = Path(self.build_lib) / "speculators_kimi" / "_build_info.py"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(build_info_text(PIN, UNITS))
+
+
+# setuptools' build directory is one per vendored tree, so files a unit removed never
+# linger in a wheel; its egg-info goes there too, not into the source tree (where it
+# would shadow the installed metadata of code run from the repository root).
+BUILD_BASE = Path("build") / (TREE / STAMP).read_text().split()[0][:16]
+(ROOT / BUILD_BASE).mkdir(parents=True, exist_ok=True)
+reqs = upstream_requirements(TREE, PIN)
+src = TREE.relative_to(ROOT) / "src"
+setup(
+    packages=[
+        *find_packages(str(ROOT / src), include=["speculators", "speculators.*"]),
+        *find_packages(str(ROOT), include=["speculators_kimi", "speculators_kimi.*"]),
+    ],
+    package_dir={"speculators": str(src / "speculators")},
+    package_data={"speculators": ["py.typed"], "speculators_kimi": ["data/*"]},
+    install_requires=reqs.base + OUR_REQUIREMENTS,
+    extras_require={**reqs.extras, "test": TEST_REQUIREMENTS},
+    cmdclass={"build_py": BuildPyWithBuildInfo},
+    options={
+        "build": {"build_base": str(BUILD_BASE)},
+        "egg_info": {"egg_base": str(BUILD_BASE)},
+    },
+    license_files=[
+        "LICENSE",
+        f"{TREE.relative_to(ROOT)}/UPSTREAM-LICENSE",
+        f"{TREE.relative_to(ROOT)}/NOTICE",
+    ],
+)

@@ -211,4 +211,18 @@ def test_clean_clone_installs_into_a_fresh_venv(project_copy, tmp_path):
     version = run([str(venv / "bin" / "speculators-kimi"), "--version"]).stdout
     assert "upstream speculators 0.9.0" in version
     run([str(venv / "bin" / "speculators"), "--help"])
+    # Python run from the repository root: speculators_kimi is the tree's (its build
+    # info read from upstream_patches/), speculators still the installed one.
+    here = run(
+        [
+            py,
+            "-c",
+            "import speculators, speculators_kimi as k\n"
+            "print(speculators.__file__)\nprint(','.join(k.PATCHES))",
+        ],
+        cwd=project_copy,
+    ).stdout.splitlines()
+    assert here[0].startswith(str(venv)), here
+    assert here[1] == ",".join(units)
+    assert not list(project_copy.glob("*.egg-info")), "egg-info in the source tree"
     shutil.rmtree(venv)

@@ -1,4 +1,9 @@
-"""Materialize the patched upstream tree and describe it to the build (`setup.py`)."""
+"""Materialize the patched upstream tree and describe it to the build (`setup.py`).
+
+The tree (`.vendored/`) is the build's own output directory: it is ignored by git,
+packed into our sdist, and checked on every build against `SHA256SUMS` (written with
+it), so a wheel built from the sdist needs neither the network nor git.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +18,12 @@ from pathlib import Path
 
 from .errors import VendorError
 from .pin import Pin, inputs_digest, load_pin, load_series
-from .sdist import extract, obtain
+from .sdist import extract, obtain, sha256_of
 from .units import apply_unit
 
 VENDORED_DIRNAME = ".vendored"
 STAMP = ".speculators-kimi-stamp"
+SUMS = "SHA256SUMS"
 _EXTRA = re.compile(
     r"""^(?P<req>.+?)\s*;\s*extra\s*==\s*["'](?P<extra>[^"']+)["']\s*$"""
 )
@@ -43,7 +49,9 @@ def materialize(
             if not quiet:
                 _log(f"applied {unit.name} ({len(touched)} files)")
         _park_upstream_metadata(tree)
-        (tree / STAMP).write_text(inputs_digest(root) + "\n")
+        write_notice(tree, pin, [u.name for u in units])
+        _write_sums(tree)
+        (tree / STAMP).write_text(_stamp(root, tree))
         if dest.exists():
             shutil.rmtree(dest)
         tree.rename(dest)
@@ -71,12 +79,64 @@ def vendored_dir(root: Path) -> Path:
 
 
 def ensure_vendored(root: Path) -> Path:
-    """The project's `.vendored` tree, rebuilt when the pin or a unit changed."""
+    """The project's `.vendored` tree, rebuilt when the pin or a unit changed.
+
+    A tree whose stamp matches the pin and the units is used as it is (our sdist
+    ships it: no download, no git), once every file matches `SHA256SUMS`.
+    """
     dest = vendored_dir(root)
     stamp = dest / STAMP
-    if stamp.is_file() and stamp.read_text().strip() == inputs_digest(root):
+    if stamp.is_file() and stamp.read_text() == _stamp(root, dest):
+        check_sums(dest)
         return dest
     return materialize(root, dest)
+
+
+def _stamp(root: Path, tree: Path) -> str:
+    """What the tree was made from (pin and units) and its `SHA256SUMS`."""
+    sums = tree / SUMS
+    digest = sha256_of(sums) if sums.is_file() else ""
+    return f"{inputs_digest(root)}\nsums {digest}\n"
+
+
+def _tree_files(tree: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in tree.rglob("*")
+        if p.is_file()
+        and p.name not in (STAMP, SUMS)
+        and "__pycache__" not in p.relative_to(tree).parts
+    )
+
+
+def _write_sums(tree: Path) -> None:
+    lines = [
+        f"{sha256_of(p)}  {p.relative_to(tree).as_posix()}" for p in _tree_files(tree)
+    ]
+    (tree / SUMS).write_text("\n".join(lines) + "\n")
+
+
+def check_sums(tree: Path) -> None:
+    """Raise unless every file of ``tree`` is the one materialized (`SHA256SUMS`)."""
+    fix = f"delete {tree} and build again to materialize it anew"
+    sums = tree / SUMS
+    expected = {
+        name: digest
+        for digest, name in (
+            line.split("  ", 1) for line in sums.read_text().splitlines()
+        )
+    }
+    found = {p.relative_to(tree).as_posix(): p for p in _tree_files(tree)}
+    for name in sorted(expected.keys() | found.keys()):
+        if name not in found:
+            raise VendorError(f"{tree / name}: missing from the vendored tree; {fix}")
+        if name not in expected:
+            raise VendorError(f"{tree / name}: not part of the vendored tree; {fix}")
+        if sha256_of(found[name]) != expected[name]:
+            raise VendorError(
+                f"{tree / name}: changed since it was materialized (sha256 differs "
+                f"from {sums}); {fix}"
+            )
 
 
 @dataclass(frozen=True)
@@ -120,22 +180,18 @@ def upstream_console_scripts(tree: Path) -> list[str]:
     return [f"{k} = {v}" for k, v in parser.items("console_scripts")]
 
 
-def write_build_info(root: Path, pin: Pin, units: list[str]) -> Path:
-    """Write `speculators_kimi/_build_info.py`: what this build vendors."""
-    path = root / "speculators_kimi" / "_build_info.py"
-    text = (
+def build_info_text(pin: Pin, units: list[str]) -> str:
+    """`speculators_kimi/_build_info.py` as the wheel carries it: what it vendors."""
+    return (
         '"""Written by the build (tools/vendorlib/build.py); do not edit."""\n\n'
         f"UPSTREAM_NAME = {pin.name!r}\n"
         f"UPSTREAM_VERSION = {pin.version!r}\n"
         f"UPSTREAM_SHA256 = {pin.sha256!r}\n"
         f"PATCHES: tuple[str, ...] = {tuple(units)!r}\n"
     )
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    return path
 
 
-def write_notice(root: Path, tree: Path, pin: Pin, units: list[str]) -> Path:
+def write_notice(tree: Path, pin: Pin, units: list[str]) -> Path:
     """The Apache-2.0 NOTICE for the modified files: release and applied units."""
     lines = [
         "speculators-kimi",
