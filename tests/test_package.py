@@ -104,8 +104,14 @@ def test_build_sdist_and_wheel_and_install_each(project_copy, tmp_path):
     # Requires-Dist: upstream's for the pin, minus the documented drops, plus ours.
     pin = load_pin(project_copy)
     reqs = upstream_requirements(project_copy / ".vendored", pin)
-    base = [r for r in _requires_dist(wheel) if "extra ==" not in r]
+    requires = _requires_dist(wheel)
+    base = [r for r in requires if "extra ==" not in r]
     assert base == [*reqs.base, 'triton; sys_platform == "linux"']
+    for extra, names in reqs.extras.items():
+        for req in names:
+            assert any(
+                r.startswith(req) and f'extra == "{extra}"' in r for r in requires
+            ), (extra, req)
     assert not any(d in " ".join(base) for d in pin.drop_requires)
 
     # A wheel from the sdist needs no network and no git: PATH holds only python,
