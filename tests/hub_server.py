@@ -106,6 +106,8 @@ class HubServer:
 def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # (path, repo, filename, range) of the resolve request being answered.
+        _entry: tuple[str, str | None, str | None, str | None] | None = None
 
         def log_message(self, format: str, *args: object) -> None:
             """Quiet: the structured log is ``server.log``."""
@@ -130,6 +132,11 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
             send_body: bool = True,
             length: int | None = None,
         ) -> None:
+            # Logged before the reply goes out: a client that reacts to it (say, by
+            # marking its next phase) can never be logged ahead of it.
+            if self._entry is not None:
+                sent = len(body) if send_body else 0
+                server.record(Request(self.command, *self._entry, status, sent))
             self.send_response(status)
             for name, value in headers.items():
                 self.send_header(name, value)
@@ -140,7 +147,7 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
             if send_body and body:
                 self.wfile.write(body)
 
-        def _error(self, code: str, message: str, *, body: bool) -> int:
+        def _error(self, code: str, message: str, *, body: bool) -> None:
             headers = {
                 "X-Error-Code": code,
                 "X-Error-Message": message,
@@ -150,7 +157,6 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 headers["X-Repo-Commit"] = server.commit
             payload = json.dumps({"error": message}).encode()
             self._reply(404, headers, payload, send_body=body)
-            return 404
 
         def _serve(self, *, body: bool) -> None:
             path = unquote(urlsplit(self.path).path)
@@ -158,25 +164,21 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
             match = _RESOLVE.match(path)
             repo = match["repo"] if match else None
             filename = match["file"] if match else None
-            sent = 0
+            self._entry = (path, repo, filename, byte_range)
             if match is None or repo not in server.repos:
-                status = self._error("RepoNotFound", "Repository not found", body=body)
+                self._error("RepoNotFound", "Repository not found", body=body)
             elif match["rev"] not in ("main", server.commit):
-                status = self._error("RevisionNotFound", "Invalid rev id", body=body)
+                self._error("RevisionNotFound", "Invalid rev id", body=body)
             else:
                 root = server.repos[repo].resolve()
                 file = (root / filename).resolve()
                 if not file.is_file() or root not in file.parents:
-                    status = self._error("EntryNotFound", "Entry not found", body=body)
+                    self._error("EntryNotFound", "Entry not found", body=body)
                 else:
-                    status, sent = self._file(file, byte_range, body=body)
-            server.record(
-                Request(self.command, path, repo, filename, byte_range, status, sent)
-            )
+                    self._file(file, byte_range, body=body)
+            self._entry = None
 
-        def _file(
-            self, file: Path, byte_range: str | None, *, body: bool
-        ) -> tuple[int, int]:
+        def _file(self, file: Path, byte_range: str | None, *, body: bool) -> None:
             size = file.stat().st_size
             headers = {
                 "X-Repo-Commit": server.commit,
@@ -188,7 +190,7 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
             if byte_range is not None:
                 parsed = _RANGE.match(byte_range.strip())
                 if parsed is None or parsed.groups() == ("", ""):
-                    return self._unsatisfiable(headers, size), 0
+                    return self._unsatisfiable(headers, size)
                 first, last = parsed.groups()
                 if first == "":  # suffix range: the last N bytes
                     start = max(size - int(last), 0)
@@ -196,18 +198,16 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                     start = int(first)
                     end = min(int(last), size - 1) if last else size - 1
                 if start >= size or start > end:
-                    return self._unsatisfiable(headers, size), 0
+                    return self._unsatisfiable(headers, size)
                 headers["Content-Range"] = f"bytes {start}-{end}/{size}"
                 status = 206
             with file.open("rb") as handle:
                 handle.seek(start)
                 data = handle.read(end - start + 1) if body else b""
             self._reply(status, headers, data, send_body=body, length=end - start + 1)
-            return status, len(data)
 
-        def _unsatisfiable(self, headers: dict[str, str], size: int) -> int:
+        def _unsatisfiable(self, headers: dict[str, str], size: int) -> None:
             headers = {**headers, "Content-Range": f"bytes */{size}"}
             self._reply(416, headers, b"")
-            return 416
 
     return Handler
