@@ -1,4 +1,4 @@
-"""`tools/vendor`: materialize, check, export, rebase, status and pr for the series."""
+"""`tools/vendor`: materialize, check, export, rebase, status, pr, test-series."""
 
 from __future__ import annotations
 
@@ -151,6 +151,28 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_test_series(args: argparse.Namespace) -> int:
+    from .stepwise import run_series
+
+    python = args.python
+    if python is None:
+        venv = args.root / ".venv" / "bin" / "python"
+        python = str(venv) if venv.is_file() else sys.executable
+    suite = None if args.no_suite else args.upstream_suite
+    if suite is None and not args.no_suite:
+        suite = args.root.parent / "shared" / "upstream-suite"
+    return run_series(
+        args.root,
+        str(Path(python).absolute()),
+        suite,
+        units_arg=args.units,
+        json_out=Path(args.json) if args.json else None,
+        sdist=args.sdist,
+        keep=args.keep,
+        jobs=args.jobs,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tools/vendor", description=__doc__)
     parser.add_argument("--root", type=Path, default=ROOT, help="project root")
@@ -196,6 +218,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
     st.set_defaults(func=cmd_status)
+
+    t = sub.add_parser(
+        "test-series",
+        help="per unit (pin + units up to it): upstream's suite and its own tests",
+    )
+    t.add_argument(
+        "--upstream-suite",
+        type=Path,
+        metavar="DIR",
+        help="folder with run.sh and baseline.txt (default ../shared/upstream-suite)",
+    )
+    t.add_argument("--no-suite", action="store_true", help="only the units' own tests")
+    t.add_argument("--units", metavar="A,B", help="test only these (name or number)")
+    t.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    t.add_argument(
+        "--python", help="interpreter to test with (default .venv/bin/python)"
+    )
+    t.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
+    t.add_argument("--keep", action="store_true", help="keep the scratch trees")
+    t.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="test N units at a time"
+    )
+    t.set_defaults(func=cmd_test_series)
     return parser
 
 

@@ -1,0 +1,221 @@
+"""`tools/vendor test-series` on a tiny made-up pin and series (real git, no torch).
+
+The upstream suite is a stand-in `run.sh` that reports a regression when the tree's
+`speculators` says so; the real suite (../shared/upstream-suite) runs in .ci/run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, run
+
+sys.path.insert(0, str(ROOT / "tools"))
+from vendorlib.pin import load_series
+from vendorlib.stepwise import own_test_files, patched_files
+
+IDENT = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+}
+
+SUITE = """#!/usr/bin/env bash
+# Stand-in for upstream's run.sh: one baseline test, lost when speculators.BROKEN.
+"$PY" -c "import speculators, sys; sys.exit(getattr(speculators, 'BROKEN', 0))"
+if [ $? -ne 0 ]; then
+  echo "regressed: tests.unit.test_core::test_still_works"
+  echo "upstream suite: 0/1 baseline tests still pass, 0 more pass"; exit 1
+fi
+echo "upstream suite: 1/1 baseline tests still pass, 0 more pass"
+"""
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def git(cwd: Path, *args: str) -> str:
+    return run(["git", "-c", "commit.gpgsign=false", *args], cwd=cwd, env=IDENT).stdout
+
+
+@pytest.fixture
+def fake_project(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(project root, its sdist, a stand-in upstream suite): two units, one bad."""
+    top = tmp_path / "release" / "speculators-0.0.1"
+    write(top / "src/speculators/__init__.py", '"""Fake upstream."""\nVALUE = 1\n')
+    write(top / "PKG-INFO", "Metadata-Version: 2.1\nName: speculators\n")
+    sdist = tmp_path / "speculators-0.0.1.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tf:
+        tf.add(top, arcname=top.name)
+    sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
+
+    root = tmp_path / "project"
+    patches = root / "upstream_patches"
+    write(
+        patches / "UPSTREAM.toml",
+        f'[upstream]\nname = "speculators"\nversion = "0.0.1"\n'
+        f'sdist = "{sdist.name}"\nsha256 = "{sha}"\n',
+    )
+    write(patches / "series", "0001-good\n0002-bad\n")
+    good = patches / "0001-good"
+    write(good / "PR.md", "# Good\n")
+    write(good / "files/src/speculators/extra.py", "TWICE = 2\n")
+    write(good / "files/tests/unit/mock/helpers.py", "def two():\n    return 2\n")
+    write(
+        good / "files/tests/unit/test_extra.py",
+        "from speculators.extra import TWICE\nfrom tests.unit.mock import helpers\n\n\n"
+        "def test_twice():\n    assert helpers.two() == TWICE\n",
+    )
+    write(
+        good / "files/tests/unit/test_old.py",
+        "def test_old():\n    assert True\n",
+    )
+    # 0002 as a real diff: it changes an upstream file and 0001's test, deletes
+    # 0001's other test and adds a failing one.
+    work = tmp_path / "work"
+    shutil.copytree(top, work)
+    shutil.copytree(good / "files", work, dirs_exist_ok=True)
+    git(work, "init", "-q")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "base")
+    init = work / "src/speculators/__init__.py"
+    init.write_text(init.read_text() + "BROKEN = 1\n")
+    test = work / "tests/unit/test_extra.py"
+    test.write_text(test.read_text() + "\n\ndef test_value():\n    assert True\n")
+    (work / "tests/unit/test_old.py").unlink()
+    bad = patches / "0002-bad"
+    write(bad / "PR.md", "# Bad\n")
+    write(bad / "changes.patch", git(work, "diff", "--full-index"))
+    write(
+        bad / "files/tests/unit/test_new.py",
+        "def test_fails():\n    assert False, 'unit 0002 is broken'\n",
+    )
+
+    suite = tmp_path / "suite"
+    write(suite / "run.sh", SUITE)
+    return root, sdist, suite
+
+
+def vendor(root: Path, sdist: Path, *args: str, env: dict[str, str] | None = None):
+    return run(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "vendor"),
+            "--root",
+            str(root),
+            "test-series",
+            "--sdist",
+            str(sdist),
+            "--python",
+            sys.executable,
+            *args,
+        ],
+        env=env,
+        check=False,
+        timeout=300,
+    )
+
+
+def test_own_tests_are_the_test_files_a_unit_adds_or_changes(fake_project):
+    root, _, _ = fake_project
+    good, bad = load_series(root)
+    assert own_test_files(good) == [
+        "tests/unit/test_extra.py",
+        "tests/unit/test_old.py",
+    ]  # the helper under tests/unit/mock is no test
+    assert patched_files(bad.patch.read_text()) == {
+        "src/speculators/__init__.py": False,
+        "tests/unit/test_extra.py": False,
+        "tests/unit/test_old.py": True,
+    }
+    assert own_test_files(bad) == ["tests/unit/test_extra.py", "tests/unit/test_new.py"]
+
+
+def test_each_unit_is_tested_and_a_failing_one_is_named(fake_project, tmp_path):
+    root, sdist, suite = fake_project
+    out = tmp_path / "series.json"
+    proc = vendor(root, sdist, "--upstream-suite", str(suite), "--json", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    row = {ln.split()[0]: ln for ln in lines if ln.startswith("  000")}
+    assert "suite 1/1 (0 regressed)" in row["0001-good"]
+    assert "own 2 passed, 0 failed (2 files)" in row["0001-good"]
+    assert row["0001-good"].endswith("ok")
+    assert "suite 0/1 (1 regressed)" in row["0002-bad"]
+    assert "own 2 passed, 1 failed (2 files)" in row["0002-bad"]
+    assert row["0002-bad"].endswith("FAIL")
+    assert (
+        "problem: 0002-bad: upstream test regressed: "
+        "tests.unit.test_core::test_still_works" in lines
+    )
+    assert "problem: 0002-bad: own test failed: tests.unit.test_new::test_fails" in (
+        lines
+    )
+    assert lines[-1].startswith("test-series: 1/2 units pass; failing: 0002-bad")
+    data = json.loads(out.read_text())
+    units = {u["unit"]: u for u in data["units"]}
+    assert units["0001-good"]["ok"] and not units["0002-bad"]["ok"]
+    for u in units.values():  # imported from the scratch tree's src, not the venv
+        assert Path(u["imported_from"]).parent.parent.name == "src"
+        assert u["imported_from"].endswith(f"{u['unit']}/src/speculators/__init__.py")
+
+
+def test_units_selects_and_earlier_units_are_still_applied(fake_project):
+    root, sdist, suite = fake_project
+    proc = vendor(root, sdist, "--upstream-suite", str(suite), "--units", "0001")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0002-bad" not in proc.stdout
+    # 0002 alone still has 0001 under it: its changed test_extra.py imports 0001's.
+    proc = vendor(root, sdist, "--no-suite", "--units", "0002-bad")
+    assert proc.returncode == 1
+    assert "own 2 passed, 1 failed (2 files)" in proc.stdout
+    proc = vendor(root, sdist, "--no-suite", "--units", "0003")
+    assert proc.returncode == 2 and "'0003' is no unit of the series" in proc.stderr
+
+
+def test_a_scratch_folder_inside_a_git_repository_is_refused(fake_project, tmp_path):
+    root, sdist, suite = fake_project
+    repo = tmp_path / "repo"
+    (repo / "tmp").mkdir(parents=True)
+    git(repo, "init", "-q")
+    proc = vendor(
+        root,
+        sdist,
+        "--upstream-suite",
+        str(suite),
+        env={"TMPDIR": str(repo / "tmp")},
+    )
+    assert proc.returncode == 2
+    assert f"inside the git repository {repo}" in proc.stderr
+    assert not any((repo / "tmp").iterdir())
+
+
+def test_a_unit_that_does_not_apply_is_named(fake_project):
+    root, sdist, _ = fake_project
+    patches = root / "upstream_patches"
+    again = patches / "0003-again"
+    again.mkdir()
+    (again / "PR.md").write_text("# Again\n")
+    # 0002's diff a second time: its deleted file is gone, its hunks are in place.
+    shutil.copy(patches / "0002-bad/changes.patch", again / "changes.patch")
+    (patches / "0004-later").mkdir()
+    (patches / "0004-later/PR.md").write_text("# Later\n")
+    (patches / "series").write_text("0001-good\n0002-bad\n0003-again\n0004-later\n")
+    proc = vendor(root, sdist, "--no-suite")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "problem: 0003-again: does not apply after the units before it:" in out
+    assert "unit 0003-again: " in out  # apply_unit's own explanation follows
+    assert "not tested (an earlier unit does not apply): ['0004-later']" in out
+    assert out.splitlines()[-1].startswith(
+        "test-series: 1/3 units pass; failing: 0002-bad, 0003-again"
+    )
