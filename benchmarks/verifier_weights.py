@@ -41,7 +41,6 @@ VOCAB = 163840
 HIDDEN = 7168
 LAYERS = 61
 DRAFT_VOCAB = 32768
-PREFIX = "language_model"
 
 
 def cpu_model() -> str:
@@ -55,66 +54,29 @@ def cpu_model() -> str:
 
 
 def build_checkpoint(path: Path, vocab: int, hidden: int) -> None:
+    """The Kimi-K2.5 Hub layout (``tiny_verifier``'s skeleton) at Kimi-K2.5's sizes."""
     import torch
-    from safetensors.torch import save_file
 
-    path.mkdir(parents=True, exist_ok=True)
-    text = {
-        "model_type": "kimi_k2",
-        "hidden_size": hidden,
-        "vocab_size": vocab,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 64,
-        "intermediate_size": 18432,
-        "kv_lora_rank": 512,
-        "q_lora_rank": 1536,
-        "qk_rope_head_dim": 64,
-        "qk_nope_head_dim": 128,
-        "v_head_dim": 128,
-        "rms_norm_eps": 1e-5,
-        "tie_word_embeddings": False,
-    }
-    config = {
-        "model_type": "kimi_k25",
-        "architectures": ["KimiK25ForConditionalGeneration"],
-        "text_config": text,
-        "tie_word_embeddings": True,
-    }
-    (path / "config.json").write_text(json.dumps(config))
-    generator = torch.Generator().manual_seed(0)
-    shards = [
-        {
-            f"{PREFIX}.model.embed_tokens.weight": torch.randn(
-                vocab, hidden, generator=generator, dtype=torch.bfloat16
-            )
-        },
-        {
-            f"{PREFIX}.model.layers.{i}.input_layernorm.weight": torch.ones(
-                hidden, dtype=torch.bfloat16
-            )
-            for i in range(LAYERS)
-        },
-        {
-            f"{PREFIX}.lm_head.weight": torch.randn(
-                vocab, hidden, generator=generator, dtype=torch.bfloat16
-            ),
-            f"{PREFIX}.model.norm.weight": torch.rand(
-                hidden, generator=generator, dtype=torch.bfloat16
-            )
-            + 0.5,
-        },
-    ]
-    weight_map = {}
-    for i, tensors in enumerate(shards):
-        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_file(tensors, str(path / name))
-        weight_map.update(dict.fromkeys(tensors, name))
-        shards[i] = {}
-        del tensors
-    (path / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {}, "weight_map": weight_map})
+    from speculators_kimi.tiny_verifier import (
+        KimiTinySpec,
+        mla_text,
+        write_kimi_k25_skeleton,
     )
+
+    spec = KimiTinySpec(
+        hidden_size=hidden, intermediate_size=18432, num_layers=LAYERS, num_heads=64
+    )
+    text = mla_text(
+        spec,
+        vocab_size=vocab,
+        kv_lora_rank=512,
+        q_lora_rank=1536,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=128,
+        v_head_dim=128,
+        rms_norm_eps=1e-5,
+    )
+    write_kimi_k25_skeleton(path, text, dtype=torch.bfloat16)
 
 
 CHILD = r"""

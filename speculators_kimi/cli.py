@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "--check-values)",
     ),
     "generate-hidden-states": (
-        "speculators_kimi.datagen",
+        "speculators_kimi.datagen.cli",
         "compute hidden states for the offline trainer with transformers",
     ),
     "demo": (
@@ -30,6 +30,44 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "train an EAGLE-3 draft on a tiny Kimi-K2.5-shaped verifier (CPU ok)",
     ),
 }
+
+
+#: The verifier-weight overrides of ``speculators train``, by flag: the same
+#: spelling and meaning in every command that resolves a verifier's weights.
+VERIFIER_WEIGHT_FLAGS: dict[str, tuple[str, str]] = {
+    "prefix": (
+        "--verifier-weight-prefix",
+        "decoder prefix of the verifier's text model in its weight map (e.g. "
+        "'language_model.model'), as for `speculators train` (default: found "
+        "from the checkpoint)",
+    ),
+    "embed_key": (
+        "--verifier-embed-key",
+        "exact weight-map key of the verifier's input embedding",
+    ),
+    "head_key": (
+        "--verifier-head-key",
+        "exact weight-map key of the verifier's output head",
+    ),
+    "norm_key": (
+        "--verifier-norm-key",
+        "exact weight-map key of the verifier's final norm weight",
+    ),
+}
+
+
+def add_verifier_weight_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``--verifier-*`` weight overrides, as ``speculators train`` has them."""
+    for flag, help_text in VERIFIER_WEIGHT_FLAGS.values():
+        parser.add_argument(flag, default=None, help=help_text)
+
+
+def verifier_weight_kwargs(args: argparse.Namespace) -> dict[str, str | None]:
+    """The overrides given, as ``resolve_verifier_weights`` keyword arguments."""
+    return {
+        name: getattr(args, flag[2:].replace("-", "_"))
+        for name, (flag, _) in VERIFIER_WEIGHT_FLAGS.items()
+    }
 
 
 def version_text() -> str:

@@ -316,8 +316,12 @@ def _last_checkpoint(checkpoints: Path) -> Path:
 def run_demo(s: DemoSettings) -> dict[str, Any]:
     """Run every stage (reusing finished ones); return the report as a dict."""
     from .datagen import HS_DIRNAME, generate_hidden_states
-    from .kimi_tiny import KimiTinySpec, build_kimi_tiny
-    from .tiny_verifier import prepare_data, tokenize_with_mask
+    from .tiny_verifier import (
+        KimiTinySpec,
+        build_kimi_tiny,
+        prepare_data,
+        tokenize_with_mask,
+    )
 
     out = s.out.resolve()
     if s.fresh and out.exists():

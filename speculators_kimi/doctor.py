@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .cli import add_verifier_weight_arguments, verifier_weight_kwargs
+
 DEFAULT_DRAFT_VOCAB = 32000
 DEFAULT_SEQ_LEN = 8192
 DEFAULT_TTT_STEPS = 3
@@ -151,17 +153,10 @@ def _text_config_section(verifier: str, trust_remote_code: bool, report: Report)
 
 
 def _weights_section(verifier: str, text_config: Any, report: Report, args) -> Any:
-    from speculators.utils.verifier_weights import (
-        resolve_verifier_weights,
-    )
+    from speculators.utils.verifier_weights import resolve_verifier_weights
 
     spec = resolve_verifier_weights(
-        verifier,
-        text_config=text_config,
-        prefix=args.verifier_weight_prefix,
-        embed_key=args.verifier_embed_key,
-        head_key=args.verifier_head_key,
-        norm_key=args.verifier_norm_key,
+        verifier, text_config=text_config, **verifier_weight_kwargs(args)
     )
     report.weights = spec.to_dict()
     if spec.quantization:
@@ -523,10 +518,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "verifier vocabulary))",
     )
     parser.add_argument("--num-layers", type=int, default=1)
-    parser.add_argument("--verifier-weight-prefix", default=None)
-    parser.add_argument("--verifier-embed-key", default=None)
-    parser.add_argument("--verifier-head-key", default=None)
-    parser.add_argument("--verifier-norm-key", default=None)
+    add_verifier_weight_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from datasets import Dataset
 from helpers import run
 from safetensors import safe_open
 from safetensors.torch import load_file
+from speculators.utils.verifier_weights import VerifierWeightsError
 from transformers import (
     DeepseekV3ForCausalLM,
     DeepseekV3Model,
@@ -24,19 +25,21 @@ from transformers import (
 )
 
 from speculators_kimi.datagen import (
-    WeightPrefixError,
     capture_hidden_states,
     default_target_layer_ids,
-    find_decoder_prefix,
     generate_hidden_states,
     load_text_verifier,
     plan_batches,
 )
-from speculators_kimi.kimi_tiny import TEXT_PREFIX, KimiTinySpec, build_kimi_tiny
 from speculators_kimi.tiny_verifier import (
+    DECODER_PREFIX,
+    TEXT_PREFIX,
+    KimiTinySpec,
     TinyVerifierSpec,
     build_dataset,
+    build_kimi_tiny,
     build_verifier,
+    write_checkpoint,
 )
 
 CLI = [sys.executable, "-m", "speculators_kimi.datagen"]
@@ -84,7 +87,7 @@ def test_convention_flat_llama(llama):
     verifier, _ = llama
     model, cfg, prefix = load_text_verifier(verifier, dtype=torch.float32)
     assert isinstance(model, LlamaModel)  # the decoder only: no output head
-    assert prefix == "model."
+    assert prefix == "model"
     ref = LlamaForCausalLM.from_pretrained(verifier, dtype=torch.float32)
     assert model.state_dict().keys() == ref.model.state_dict().keys()
     for k, v in ref.model.state_dict().items():
@@ -95,13 +98,13 @@ def test_convention_flat_llama(llama):
 def test_convention_kimi_shaped(kimi):
     model, cfg, prefix = load_text_verifier(kimi, dtype=torch.float32)
     assert isinstance(model, DeepseekV3Model)
-    assert prefix == TEXT_PREFIX + "model."
+    assert prefix == DECODER_PREFIX == "language_model.model"
     assert cfg.hidden_size == KimiTinySpec().hidden_size
     assert cfg.first_k_dense_replace < cfg.num_hidden_layers  # MoE layers present
     ckpt = load_file(kimi / "model.safetensors")
     assert any(k.startswith("vision_tower.") for k in ckpt)
     for k, v in model.state_dict().items():
-        assert torch.equal(v, ckpt[prefix + k]), k
+        assert torch.equal(v, ckpt[f"{prefix}.{k}"]), k
     full = DeepseekV3ForCausalLM(cfg).eval()
     full.load_state_dict(
         {k: ckpt[TEXT_PREFIX + k] for k in full.state_dict()}, strict=True
@@ -116,35 +119,61 @@ def test_default_layer_ids_follow_upstream(kimi, llama):
         default_target_layer_ids(llama[0], [1, 9])
 
 
-def test_prefix_resolution():
-    model = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
-    flat = set(model)
-    assert find_decoder_prefix(flat, model) == ("model.", "")
-    kimi = {TEXT_PREFIX + k for k in model} | {"vision_tower.norm.weight"}
-    assert find_decoder_prefix(kimi, model) == ("language_model.model.", TEXT_PREFIX)
-    v5_vlm = {
-        "model.language_model.embed_tokens.weight",
-        "model.language_model.norm.weight",
-        "model.vision_tower.norm.weight",
-    }
-    tied = {"lm_head.weight"}
-    assert find_decoder_prefix(v5_vlm, model, optional_keys=tied) == (
-        "model.language_model.",
-        "",
+def _two_decoders(kimi: Path, out: Path) -> Path:
+    """The Kimi checkpoint plus a second decoder and head of the same shapes."""
+    out.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (out / name).write_bytes((kimi / name).read_bytes())
+    tensors = load_file(kimi / "model.safetensors")
+    gen = torch.Generator().manual_seed(5)
+    for key in [k for k in tensors if k.startswith(TEXT_PREFIX)]:
+        twin = "draft_model." + key[len(TEXT_PREFIX) :]
+        tensors[twin] = torch.randn(tensors[key].shape, generator=gen)
+    write_checkpoint(out, tensors)
+    return out
+
+
+def _rows_dataset(path: Path, rows: list[list[int]]) -> Path:
+    Dataset.from_dict(
+        {
+            "input_ids": rows,
+            "loss_mask": [[1] * len(r) for r in rows],
+            "seq_len": [len(r) for r in rows],
+        }
+    ).save_to_disk(str(path))
+    return path
+
+
+def test_decoder_is_the_one_training_resolves(kimi, tmp_path):
+    """Two decoders fit: the trainer's error, one line; the trainer's flag chooses."""
+    from speculators.utils.verifier_weights import resolve_verifier_weights
+
+    both = _two_decoders(kimi, tmp_path / "both")
+    with pytest.raises(VerifierWeightsError, match="Ambiguous verifier decoder"):
+        resolve_verifier_weights(str(both))
+    data = _rows_dataset(tmp_path / "data", [[2, 5, 9, 11, 40, 3], [2, 8, 3]])
+    proc = run(
+        [*CLI, "--verifier", str(both), "--data-path", str(data), "--no-progress"],
+        check=False,
     )
-    with pytest.raises(WeightPrefixError, match="several decoder prefixes"):
-        find_decoder_prefix(flat | kimi, model)
-    with pytest.raises(WeightPrefixError, match="lacks 1 key"):
-        find_decoder_prefix({"model.embed_tokens.weight", "lm_head.weight"}, model)
-    with pytest.raises(WeightPrefixError, match="no checkpoint tensor"):
-        find_decoder_prefix({"foo.weight"}, model)
-    # Same keys, other shapes (Qwen2.5-Omni's talker beside its thinker).
-    two = {f"{t}.{k}" for t in ("talker", "thinker") for k in model}
-    shapes = {k: (9, 4) if k.startswith("talker.model.embed") else (5, 4) for k in two}
-    want = dict.fromkeys(model, (5, 4))
-    assert find_decoder_prefix(
-        two, model, checkpoint_shapes=shapes, model_shapes=want
-    ) == ("thinker.model.", "thinker.")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "error: VerifierWeightsError: Ambiguous verifier decoder" in proc.stderr
+    assert "--verifier-weight-prefix" in proc.stderr
+
+    model, _, _ = load_text_verifier(kimi, dtype=torch.float32)
+    for prefix, same in ((DECODER_PREFIX, True), ("draft_model.model", False)):
+        out = tmp_path / prefix
+        _run_cli(
+            both, data, out, "--dtype", "float32", "--verifier-weight-prefix", prefix
+        )
+        got = load_file(out / "hs_0.safetensors")
+        with safe_open(str(out / "hs_0.safetensors"), framework="pt") as f:
+            meta = json.loads(f.metadata()["speculators_kimi"])
+        assert meta["verifier_prefix"] == prefix
+        want, _ = capture_hidden_states(model, got["token_ids"][None], [2, 4, 5])
+        close = torch.allclose(got["hidden_states"], want[0], atol=2e-5, rtol=1e-4)
+        assert close is same, prefix
 
 
 def test_plan_batches_is_by_length_and_bounded():
@@ -261,15 +290,8 @@ def test_context_length_error_names_the_sample(llama, tmp_path):
     cfg = json.loads((short / "config.json").read_text())
     cfg["max_position_embeddings"] = 16
     (short / "config.json").write_text(json.dumps(cfg))
-    data = tmp_path / "data"
     rows = [list(range(10, 20)), list(range(10, 40)), list(range(10, 15))]
-    Dataset.from_dict(
-        {
-            "input_ids": rows,
-            "loss_mask": [[1] * len(r) for r in rows],
-            "seq_len": [len(r) for r in rows],
-        }
-    ).save_to_disk(str(data))
+    data = _rows_dataset(tmp_path / "data", rows)
     proc = run([*CLI, "--verifier", str(short), "--data-path", str(data)], check=False)
     assert proc.returncode == 1
     assert "sample 1 has 30 tokens" in proc.stderr
@@ -278,29 +300,24 @@ def test_context_length_error_names_the_sample(llama, tmp_path):
 
 
 def test_missing_weights_is_a_clear_error(kimi, tmp_path):
-    from safetensors.torch import save_file
-
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_bytes((kimi / "config.json").read_bytes())
     tensors = load_file(kimi / "model.safetensors")
     del tensors[TEXT_PREFIX + "model.layers.3.mlp.gate.weight"]
-    save_file(tensors, str(broken / "model.safetensors"))
-    with pytest.raises(WeightPrefixError, match=r"'language_model.model.' lacks 1"):
+    write_checkpoint(broken, tensors)
+    with pytest.raises(
+        VerifierWeightsError,
+        match=r"'language_model\.model' .*: 1 text-model weight\(s\) not loaded .*"
+        r"layers\.3\.mlp\.gate\.weight",
+    ):
         load_text_verifier(broken)
 
 
 def test_generate_in_process_matches_model(kimi, tmp_path):
     """Hidden states written for a Kimi-shaped verifier equal an unbatched run."""
     rows = [[2, 5, 9, 11, 40, 3], [2, 7, 7, 100, 200, 300, 400, 3, 5], [2, 8, 3]]
-    data = tmp_path / "data"
-    Dataset.from_dict(
-        {
-            "input_ids": rows,
-            "loss_mask": [[1] * len(r) for r in rows],
-            "seq_len": [len(r) for r in rows],
-        }
-    ).save_to_disk(str(data))
+    data = _rows_dataset(tmp_path / "data", rows)
     res = generate_hidden_states(
         kimi, data, dtype="float32", device="cpu", batch_size=3, progress=False
     )

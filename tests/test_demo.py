@@ -23,7 +23,7 @@ from speculators_kimi.demo import (
     run_demo,
     train_argv,
 )
-from speculators_kimi.kimi_tiny import KIMI_ARCHITECTURE, TEXT_PREFIX, KimiTinySpec
+from speculators_kimi.tiny_verifier import KIMI_ARCHITECTURE, TEXT_PREFIX, KimiTinySpec
 
 
 def test_shipped_dataset():

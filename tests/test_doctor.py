@@ -17,119 +17,53 @@ torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 pytest.importorskip("speculators.utils.verifier_weights")
 
-from zoo_builders import write_checkpoint  # noqa: E402
-
 from speculators_kimi import cli  # noqa: E402
+from speculators_kimi.tiny_verifier import (  # noqa: E402
+    HEAD_KEY,
+    KimiTinySpec,
+    gemma3_config,
+    mla_text,
+    remote_code,
+    write_checkpoint,
+    write_kimi_k25_skeleton,
+    write_skeleton,
+)
 
 HIDDEN, VOCAB, LAYERS = 64, 256, 8
-
-
-def _mla_text() -> dict:
-    return {
-        "model_type": "kimi_k2",
-        "hidden_size": HIDDEN,
-        "vocab_size": VOCAB,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "intermediate_size": 128,
-        "moe_intermediate_size": 32,
-        "n_routed_experts": 4,
-        "num_experts_per_tok": 2,
-        "n_group": 1,
-        "topk_group": 1,
-        "first_k_dense_replace": 1,
-        "kv_lora_rank": 16,
-        "q_lora_rank": 24,
-        "qk_rope_head_dim": 8,
-        "qk_nope_head_dim": 16,
-        "v_head_dim": 32,
-        "max_position_embeddings": 512,
-        "tie_word_embeddings": False,
-    }
-
-
-def _write(path: Path, config: dict, shards: list[dict[str, torch.Tensor]]) -> Path:
-    """``config.json`` and the shards (always with an index), via the zoo's writer."""
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(config))
-    tensors = {key: value for shard in shards for key, value in shard.items()}
-    write_checkpoint(path, tensors, [list(shard) for shard in shards])
-    return path
+#: Kimi-K2.5's text model at tiny sizes; v_head_dim differs from hidden / heads
+#: and from qk_nope + qk_rope, so the draft's MLA head dim is unmistakable.
+SPEC = KimiTinySpec(hidden_size=HIDDEN, num_words=VOCAB - 8, num_layers=LAYERS)
 
 
 def kimi_hub(
     path: Path, head: dict | None = None, norm: torch.Tensor | None = None
 ) -> Path:
     """Kimi-K2.5 as the Hub ships it: remote-code config, language_model.* keys."""
-    marker = path.parent / "imported"
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "configuration_kimi.py").write_text(
-        f"from pathlib import Path\nPath({str(marker)!r}).write_text('x')\n"
-    )
-    config = {
-        "model_type": "kimi_k25",
-        "architectures": ["KimiK25ForConditionalGeneration"],
-        "auto_map": {"AutoConfig": "configuration_kimi.KimiK25Config"},
-        "tie_word_embeddings": True,
-        "text_config": {
-            **_mla_text(),
-            "quantization_config": {
-                "quant_method": "compressed-tensors",
-                "format": "pack-quantized",
-            },
+    classes = {"AutoConfig": "configuration_kimi.KimiK25Config"}
+    auto_map = remote_code(path, path.parent / "imported", classes)
+    text = mla_text(
+        SPEC,
+        v_head_dim=32,
+        quantization_config={
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
         },
-        "vision_config": {"hidden_size": 32, "num_hidden_layers": 2},
-    }
-    layers = {
-        f"language_model.model.layers.{i}.input_layernorm.weight": torch.ones(HIDDEN)
-        for i in range(LAYERS)
-    }
-    vision = {
-        f"vision_tower.encoder.blocks.{i}.norm.weight": torch.ones(32) for i in range(2)
-    }
-    first = {"language_model.model.embed_tokens.weight": torch.randn(VOCAB, HIDDEN)}
-    last = {
-        "language_model.model.norm.weight": torch.ones(HIDDEN) if norm is None else norm
-    }
-    last.update(
-        head
-        if head is not None
-        else {"language_model.lm_head.weight": torch.randn(VOCAB, HIDDEN)}
     )
-    return _write(path, config, [first, {**layers, **vision}, last])
+    return write_kimi_k25_skeleton(path, text, head=head, norm=norm, auto_map=auto_map)
 
 
 def gemma3_text(path: Path) -> Path:
-    config = {
-        "model_type": "gemma3",
-        "text_config": {
-            "model_type": "gemma3_text",
-            "hidden_size": HIDDEN,
-            "vocab_size": VOCAB,
-            "num_hidden_layers": LAYERS,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "head_dim": 16,
-            "intermediate_size": 128,
-            "tie_word_embeddings": True,
-        },
-        "vision_config": {"hidden_size": 32, "num_hidden_layers": 1},
-    }
-    tensors = {
-        "model.language_model.embed_tokens.weight": torch.randn(VOCAB, HIDDEN),
-        "model.language_model.norm.weight": torch.zeros(HIDDEN),
-        "model.vision_tower.vision_model.post_layernorm.weight": torch.ones(32),
-    }
-    tensors.update(
-        {
-            f"model.language_model.layers.{i}.input_layernorm.weight": torch.ones(
-                HIDDEN
-            )
-            for i in range(LAYERS)
-        }
+    """Gemma-3 in transformers-5's ``model.language_model.`` layout, tied head."""
+    vision = {"model.vision_tower.vision_model.post_layernorm.weight": torch.ones(32)}
+    return write_skeleton(
+        path,
+        gemma3_config(),
+        prefix="model.language_model",
+        head_key=None,
+        decoys=vision,
+        norm=torch.zeros(HIDDEN),
+        sharded=False,
     )
-    return _write(path, config, [tensors])
 
 
 def _doctor(capsys, *argv: str) -> tuple[int, dict]:
@@ -227,7 +161,6 @@ def test_not_a_checkpoint(tmp_path, capsys):
     assert report["problems"]
 
 
-HEAD_KEY = "language_model.lm_head.weight"
 NORM_KEY = "language_model.model.norm.weight"
 LAST_SHARD = "model-00003-of-00003.safetensors"
 

@@ -1,9 +1,10 @@
 """Zoo verifiers through our hidden-state generation and the standard trainer.
 
-Each member is a tiny random-weight checkpoint saved the way its family ships:
-flat Llama, Qwen3 with a tied head (no ``lm_head.weight`` on disk), Kimi-K2.5
-(``language_model.`` keys, ignored vision tower), Gemma-3 (transformers-5
-``model.language_model.`` layout, tied head) and the members of
+Each member is a tiny random-weight checkpoint from
+:mod:`speculators_kimi.tiny_verifier`, saved the way its family ships: flat
+Llama, Qwen3 with a tied head (no ``lm_head.weight`` on disk), Kimi-K2.5
+(``language_model.`` keys, ignored vision tower), Gemma-3 (``save_pretrained``'s
+``language_model.model.`` layout, tied head) and the members of
 :mod:`zoo_builders` (DeepSeek-V3 with an MTP layer, fused or in the Hub's
 per-expert layout; GPT-NeoX; Falcon with a tied head; Qwen2.5-VL; Llama-4;
 Qwen2.5-Omni with a talker decoder; Kimi-K2.5 with remote code in the checkpoint,
@@ -26,77 +27,17 @@ import pytest
 import torch
 from datasets import Dataset
 from helpers import run
-from safetensors.torch import load_file
-from zoo_builders import BUILDERS, Member, dense_text
+from zoo_builders import BUILDERS, Member
 
+from speculators_kimi import tiny_verifier as tiny
 from speculators_kimi.datagen import (
     capture_hidden_states,
     generate_hidden_states,
     load_text_verifier,
 )
-from speculators_kimi.kimi_tiny import build_kimi_tiny
-from speculators_kimi.tiny_verifier import (
-    TinyVerifierSpec,
-    build_tokenizer,
-    build_verifier,
-)
 
 BIN = Path(sys.executable).parent
 STEPS = 2
-
-
-def _qwen3_tied(out: Path) -> Path:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    spec = TinyVerifierSpec()
-    tok = build_tokenizer(spec)
-    cfg = Qwen3Config(**dense_text(tok, head_dim=16, tie_word_embeddings=True))
-    torch.manual_seed(1)
-    Qwen3ForCausalLM(cfg).save_pretrained(out)
-    tok.save_pretrained(out)
-    assert "lm_head.weight" not in load_file(out / "model.safetensors")
-    return out
-
-
-def _gemma3(out: Path) -> Path:
-    from transformers import (
-        Gemma3Config,
-        Gemma3ForConditionalGeneration,
-        Gemma3TextConfig,
-        SiglipVisionConfig,
-    )
-
-    spec = TinyVerifierSpec()
-    tok = build_tokenizer(spec)
-    text = Gemma3TextConfig(
-        **dense_text(tok, head_dim=16, sliding_window=32, tie_word_embeddings=True)
-    )
-    vision = SiglipVisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        image_size=28,
-        patch_size=14,
-    )
-    cfg = Gemma3Config(
-        text_config=text,
-        vision_config=vision,
-        mm_tokens_per_image=1,
-        image_token_index=spec.vocab_size - 1,
-    )
-    torch.manual_seed(2)
-    Gemma3ForConditionalGeneration(cfg).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
-def _llama(out: Path) -> Path:
-    return build_verifier(TinyVerifierSpec(), out)
-
-
-def _kimi(out: Path) -> Path:
-    return build_kimi_tiny(out)
 
 
 def _causal_lm(path: Path):
@@ -129,7 +70,7 @@ def _loaded(build, load=_causal_lm, norm=lambda m: m.model.norm):
     """A member whose truth is the verifier transformers loads from what we wrote."""
 
     def member(out: Path) -> Member:
-        path = build(out)
+        path = build(out).path
         model = load(path)
         embed = model.get_input_embeddings().weight.detach()
         head = model.get_output_embeddings().weight.detach()
@@ -139,10 +80,10 @@ def _loaded(build, load=_causal_lm, norm=lambda m: m.model.norm):
 
 
 ZOO = {
-    "llama": _loaded(_llama),
-    "qwen3-tied": _loaded(_qwen3_tied),
-    "kimi-k25": _loaded(_kimi, _kimi_lm),
-    "gemma3": _loaded(_gemma3, _gemma3_lm, lambda m: m.model.language_model.norm),
+    "llama": _loaded(lambda out: tiny.llama(tiny.TinyVerifierSpec(), out)),
+    "qwen3-tied": _loaded(tiny.qwen3_tied),
+    "kimi-k25": _loaded(tiny.kimi_k25, _kimi_lm),
+    "gemma3": _loaded(tiny.gemma3, _gemma3_lm, lambda m: m.model.language_model.norm),
     **BUILDERS,
 }
 
@@ -219,31 +160,9 @@ def test_zoo_member_trains(member, tmp_path):
     verifier = zoo.path
 
     save = tmp_path / "run"
-    cmd = [
-        str(BIN / "speculators"),
-        "train",
-        "--verifier-name-or-path",
-        str(verifier),
-        "--data-path",
-        str(data),
-        "--speculator-type",
-        "eagle3",
-        "--total-seq-len",
-        "128",
-        "--epochs",
-        "1",
-        "--max-steps",
-        str(STEPS),
-        "--num-workers",
-        "0",
-        "--on-missing",
-        "raise",
-        "--save-path",
-        str(save / "checkpoints"),
-        "--log-dir",
-        str(save / "logs"),
-        "--no-resume-from-checkpoint",
-    ]
+    spec = tiny.TinyVerifierSpec()  # 8 layers: the trainer's default aux layers
+    cmd = tiny.train_command(spec, verifier, data, save, max_steps=STEPS)
+    cmd[0] = str(BIN / "speculators")
     cmd += zoo.train_args
     proc = run(cmd, cwd=tmp_path, timeout=900)
     out = proc.stdout + proc.stderr

@@ -1,111 +1,33 @@
-"""Tiny random-weight Llama verifier and offline EAGLE-3 dataset for CPU smoke runs.
+"""A synthetic offline EAGLE-3 dataset for a tiny verifier, and the train command.
 
-Builds, fully offline and deterministically:
-
-* ``<out>/verifier``: a tiny ``LlamaForCausalLM`` (random weights) plus a small
-  word-level tokenizer with a chat template, saved with ``save_pretrained`` so
-  ``AutoConfig`` / ``AutoTokenizer`` / ``AutoProcessor`` load it from disk.
-* ``<out>/data``: the dataset layout read by the speculators 0.9.0 trainer
-  (``--data-path``): a HF ``datasets`` directory with ``input_ids``,
-  ``loss_mask`` and ``seq_len`` columns, produced by ``speculators prepare-data``
-  from a pre-tokenized JSONL file (no vLLM render endpoint needed), plus
-  ``hidden_states/hs_<i>.safetensors`` with ``token_ids`` ``[seq]`` and
-  ``hidden_states`` ``[seq, n_aux + 1, hidden]`` computed with the verifier.
-
-Hidden states follow vLLM's extraction convention: the entry for aux layer id
-``i`` is the residual stream entering decoder layer ``i`` (id ``num_layers``
-meaning the output of the last layer), and the last entry is the final hidden
-state *before* the final norm.
-
-Usage::
-
-    python -m speculators_kimi.tiny_verifier OUT_DIR
-
-prints the ``speculators train`` command to run on the result.
+The conversations have a learnable pattern (the assistant repeats the user's
+words shifted by a fixed offset); they are rendered with the verifier's chat
+template, turned into upstream's dataset by ``speculators prepare-data`` (from a
+pre-tokenized JSONL file: no vLLM render endpoint), and given hidden states by
+our ``generate-hidden-states``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
-from tokenizers import Tokenizer, decoders
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import WhitespaceSplit
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
-if TYPE_CHECKING:
-    from collections.abc import Sequence
+from .specs import TinyVerifierSpec
 
 __all__ = [
-    "TinyVerifierSpec",
     "build_dataset",
-    "build_tokenizer",
-    "build_verifier",
     "default_target_layer_ids",
-    "main",
     "prepare_data",
+    "resolve_target_layer_ids",
     "tokenize_with_mask",
     "train_command",
 ]
-
-SPECIAL_TOKENS: tuple[str, ...] = (
-    "<pad>",
-    "<unk>",
-    "<s>",
-    "</s>",
-    "<|user|>",
-    "<|assistant|>",
-    "<|end|>",
-    "<mask>",
-)
-
-#: Roles of the special tokens, passed to the HF tokenizer wrapper.
-SPECIAL_TOKEN_ROLES: dict[str, str] = {
-    "bos_token": "<s>",
-    "eos_token": "</s>",
-    "unk_token": "<unk>",
-    "pad_token": "<pad>",
-    "mask_token": "<mask>",
-}
-
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|> ' + message['content'] + ' <|end|> ' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}"
-)
-
-
-@dataclass(frozen=True)
-class TinyVerifierSpec:
-    """Shape and size knobs for the tiny verifier and its dataset."""
-
-    hidden_size: int = 64
-    intermediate_size: int = 128
-    num_layers: int = 8
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    num_words: int = 248
-    num_samples: int = 32
-    min_turn_words: int = 6
-    max_turn_words: int = 24
-    seed: int = 0
-    target_layer_ids: tuple[int, ...] | None = field(default=None)
-
-    @property
-    def vocab_size(self) -> int:
-        """Tokenizer and model vocabulary size (specials plus words)."""
-        return len(SPECIAL_TOKENS) + self.num_words
 
 
 def default_target_layer_ids(num_layers: int) -> list[int] | None:
@@ -131,55 +53,6 @@ def resolve_target_layer_ids(spec: TinyVerifierSpec) -> tuple[list[int], bool]:
     # Spread three distinct ids over the stack for very shallow verifiers.
     n = spec.num_layers
     return sorted({min(1, n), max(n // 2, 1), n}), True
-
-
-def build_tokenizer(
-    spec: TinyVerifierSpec, words: Sequence[str] = ()
-) -> PreTrainedTokenizerFast:
-    """A whitespace word-level tokenizer over ``words`` then ``w0, w1, ...``.
-
-    The vocabulary holds the special tokens and exactly ``spec.num_words`` words:
-    the given ``words`` first, filled up with ``w<i>``.
-    """
-    words = list(dict.fromkeys(words))[: spec.num_words]
-    known = set(words)
-    filler = (f"w{i}" for i in range(2 * spec.num_words))
-    words += [w for w in filler if w not in known][: spec.num_words - len(words)]
-    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *words])}
-    unk = SPECIAL_TOKEN_ROLES["unk_token"]
-    backend = Tokenizer(WordLevel(vocab=vocab, unk_token=unk))
-    backend.pre_tokenizer = WhitespaceSplit()
-    backend.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        **SPECIAL_TOKEN_ROLES,
-        chat_template=CHAT_TEMPLATE,
-        model_max_length=4096,
-    )
-
-
-def build_verifier(spec: TinyVerifierSpec, out_dir: Path) -> Path:
-    """Save a random-weight tiny Llama and its tokenizer under ``out_dir``."""
-    torch.manual_seed(spec.seed)
-    tokenizer = build_tokenizer(spec)
-    config = LlamaConfig(
-        vocab_size=spec.vocab_size,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_kv_heads,
-        max_position_embeddings=4096,
-        tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|end|>"),
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = LlamaForCausalLM(config).eval()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return out_dir
 
 
 def _synthetic_conversations(spec: TinyVerifierSpec) -> list[list[dict[str, str]]]:
@@ -270,7 +143,7 @@ def build_dataset(
     """
     from datasets import Dataset
 
-    from .datagen import generate_hidden_states
+    from ..datagen import generate_hidden_states
 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(verifier_dir)
     rows = [tokenize_with_mask(tokenizer, c) for c in _synthetic_conversations(spec)]
@@ -345,33 +218,3 @@ def train_command(
     if explicit:
         cmd += ["--target-layer-ids", *map(str, layer_ids)]
     return cmd
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: build verifier + dataset under OUT_DIR and print the train command."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--num-layers", type=int, default=TinyVerifierSpec.num_layers)
-    parser.add_argument("--num-samples", type=int, default=TinyVerifierSpec.num_samples)
-    parser.add_argument("--seed", type=int, default=TinyVerifierSpec.seed)
-    parser.add_argument(
-        "--no-prepare-data",
-        action="store_true",
-        help="Write the dataset directory directly instead of via prepare-data.",
-    )
-    args = parser.parse_args(argv)
-
-    spec = TinyVerifierSpec(
-        num_layers=args.num_layers, num_samples=args.num_samples, seed=args.seed
-    )
-    out: Path = args.out_dir.resolve()
-    verifier_dir = build_verifier(spec, out / "verifier")
-    data_dir = build_dataset(
-        spec, verifier_dir, out / "data", use_prepare_data=not args.no_prepare_data
-    )
-    print(shlex.join(train_command(spec, verifier_dir, data_dir, out / "run")))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

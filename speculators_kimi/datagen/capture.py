@@ -1,0 +1,111 @@
+"""Aux-layer capture in vLLM's layout, with forward pre-hooks on the decoder.
+
+Pre-hooks see exactly what vLLM's aux-hidden-state extraction sees: the residual
+stream entering decoder layer ``i`` (id ``num_layers``: the input of the final
+norm) and, as the last entry, the final hidden state before the norm.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+__all__ = ["capture_hidden_states", "decoder_parts"]
+
+_LAYER_NAMES = ("layers", "h", "blocks", "layer")
+_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "norm_f", "final_layernorm")
+_FINAL = -1  # the captured key of the final norm's input
+
+
+def decoder_parts(
+    model: torch.nn.Module,
+) -> tuple[torch.nn.ModuleList, torch.nn.Module]:
+    """The decoder layer list and final norm of a base model or a ``*ForCausalLM``."""
+    base: torch.nn.Module = getattr(model, "base_model", model)
+    inner = getattr(base, "language_model", None)  # a multimodal base model
+    if isinstance(inner, torch.nn.Module) and not hasattr(base, "layers"):
+        base = inner
+    n_layers = getattr(getattr(base, "config", None), "num_hidden_layers", None)
+    layers = [
+        getattr(base, name)
+        for name in _LAYER_NAMES
+        if isinstance(getattr(base, name, None), torch.nn.ModuleList)
+        and (n_layers is None or len(getattr(base, name)) == n_layers)
+    ]
+    norms = [
+        getattr(base, name)
+        for name in _NORM_NAMES
+        if isinstance(getattr(base, name, None), torch.nn.Module)
+    ]
+    if len(layers) != 1 or len(norms) != 1:
+        raise TypeError(
+            f"{type(model).__name__}: expected a decoder with one layer list "
+            f"({'/'.join(_LAYER_NAMES)}) of num_hidden_layers={n_layers} layers and "
+            f"one final norm ({'/'.join(_NORM_NAMES)})"
+        )
+    return layers[0], norms[0]
+
+
+def _recorder(captured: dict[int, torch.Tensor], key: int) -> Callable[..., None]:
+    def hook(_module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        hs = args[0] if args else kwargs["hidden_states"]
+        captured[key] = hs.detach()
+
+    return hook
+
+
+def _hooked_modules(
+    layers: torch.nn.ModuleList, norm: torch.nn.Module, layer_ids: Sequence[int]
+) -> list[tuple[int, torch.nn.Module]]:
+    """``(key, module)`` whose input is the state of each aux id, plus the final."""
+    hooked: list[tuple[int, torch.nn.Module]] = []
+    for i in sorted(set(layer_ids)):
+        if i > len(layers):
+            raise ValueError(f"layer id {i} > number of layers {len(layers)}")
+        hooked.append((i, layers[i] if i < len(layers) else norm))
+    return [*hooked, (_FINAL, norm)]
+
+
+@torch.no_grad()
+def capture_hidden_states(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    layer_ids: Sequence[int],
+    attention_mask: torch.Tensor | None = None,
+    *,
+    return_logits: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``[batch, seq, len(layer_ids) + 1, hidden]`` in vLLM's aux-hidden-state layout.
+
+    :param return_logits: also return the logits (a ``*ForCausalLM`` only).
+    :returns: ``(hidden_states, logits or None)``.
+    """
+    layers, norm = decoder_parts(model)
+    captured: dict[int, torch.Tensor] = {}
+    kwargs: dict[str, Any] = {}
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        kwargs["logits_to_keep"] = 0 if return_logits else 1
+    elif return_logits:
+        raise TypeError(f"{type(model).__name__} has no output head for logits")
+    handles = [
+        module.register_forward_pre_hook(_recorder(captured, key), with_kwargs=True)
+        for key, module in _hooked_modules(layers, norm, layer_ids)
+    ]
+    try:
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+            **kwargs,
+        )
+    finally:
+        for handle in handles:
+            handle.remove()
+    hs = torch.stack([captured[i] for i in [*layer_ids, _FINAL]], dim=2)
+    return hs, (out.logits if return_logits else None)

@@ -1,0 +1,100 @@
+"""The ``generate-hidden-states`` command: its options and how errors are reported.
+
+Known errors of the verifier (missing path, bad config, weights that cannot be
+located: ``VerifierWeightsError``) go up to ``speculators-kimi``'s known-error
+path (one line, exit 1); the context-window check and a non-local verifier are
+reported here the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..cli import add_verifier_weight_arguments, verifier_weight_kwargs
+from .generate import DTYPES, generate_hidden_states
+from .plan import ContextLengthError
+
+__all__ = ["add_arguments", "main", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``generate-hidden-states`` options."""
+    parser.add_argument(
+        "--verifier",
+        "--verifier-name-or-path",
+        dest="verifier",
+        required=True,
+        help="local verifier directory (config.json + safetensors)",
+    )
+    parser.add_argument(
+        "--data-path",
+        required=True,
+        help="output directory of `speculators prepare-data`",
+    )
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="where hs_<i>.safetensors go (default: DATA_PATH/hidden_states)",
+    )
+    parser.add_argument(
+        "--target-layer-ids",
+        type=int,
+        nargs="+",
+        default=None,
+        help="aux layer ids (default: upstream trainer's [2, n//2, n-3]); pass "
+        "the same ids to `speculators train`",
+    )
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=16384,
+        help="upper bound on padded tokens per batch",
+    )
+    parser.add_argument("--trust-remote-code", action="store_true")
+    add_verifier_weight_arguments(parser)
+    parser.add_argument(
+        "--overwrite", action="store_true", help="redo files that are complete"
+    )
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``generate-hidden-states`` from parsed arguments."""
+    from speculators.utils.cli_errors import check_model_source
+
+    check_model_source(args.verifier, "--verifier")
+    try:
+        res = generate_hidden_states(
+            args.verifier,
+            args.data_path,
+            output_dir=args.output_dir,
+            target_layer_ids=args.target_layer_ids,
+            dtype=args.dtype,
+            device=args.device,
+            batch_size=args.batch_size,
+            max_batch_tokens=args.max_batch_tokens,
+            trust_remote_code=args.trust_remote_code,
+            weight_overrides=verifier_weight_kwargs(args),
+            progress=not args.no_progress,
+            overwrite=args.overwrite,
+        )
+    except (ContextLengthError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(
+        f"hidden states: {res.output_dir} ({res.written} written, {res.skipped} "
+        f"already complete); target layer ids {res.target_layer_ids}"
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m speculators_kimi.datagen``: the generate-hidden-states command."""
+    from ..cli import command_main
+
+    return command_main("generate-hidden-states", argv)

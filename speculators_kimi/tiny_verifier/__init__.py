@@ -1,0 +1,106 @@
+"""Tiny random-weight verifiers of every family we support, built in one place.
+
+The demo, the benchmarks, our tests and ``examples/train_tiny_llama.sh`` take
+their verifiers from here, so each family's shape, key layout and tokenizer is
+defined once:
+
+* :mod:`.specs`: size knobs; :mod:`.tokenizer`: the word-level tokenizer with a
+  chat template; :mod:`.configs`: each family's config as a dict;
+  :mod:`.checkpoint`: safetensors writing (one file or shards + index), remote
+  code, header-level skeletons.
+* Families, each written the way it ships on the Hub and returned with the model
+  it was written from (:class:`TinyCheckpoint`): :mod:`.dense` (Llama, Qwen3 tied,
+  GPT-NeoX, Falcon), :mod:`.multimodal` (Gemma-3, Qwen2.5-VL, Llama-4,
+  Qwen2.5-Omni), :mod:`.kimi` (Kimi-K2.5 and its variants, DeepSeek-V3 with MTP).
+* :mod:`.dataset`: a synthetic offline EAGLE-3 dataset and the train command.
+
+``python -m speculators_kimi.tiny_verifier OUT_DIR`` builds the tiny Llama and
+its dataset under ``OUT_DIR`` and prints the ``speculators train`` command to run
+on them.
+
+The patch units' own test helpers (under ``upstream_patches/*/files/tests``) do
+not use this package: they go upstream and must stand alone.
+"""
+
+from __future__ import annotations
+
+from .checkpoint import (
+    TinyCheckpoint,
+    perturb_norms,
+    remote_code,
+    write_checkpoint,
+    write_config,
+    write_skeleton,
+)
+from .configs import (
+    KIMI_ARCHITECTURE,
+    dense_text,
+    gemma3_config,
+    kimi_k25_config,
+    mla_text,
+)
+from .dataset import (
+    build_dataset,
+    default_target_layer_ids,
+    prepare_data,
+    resolve_target_layer_ids,
+    tokenize_with_mask,
+    train_command,
+)
+from .dense import build_verifier, falcon, gpt_neox, llama, qwen3_tied
+from .kimi import (
+    DECODER_PREFIX,
+    HEAD_KEY,
+    TEXT_PREFIX,
+    build_kimi_tiny,
+    deepseek_v3_mtp,
+    kimi_k25,
+    text_config,
+    write_kimi_k25_skeleton,
+)
+from .multimodal import gemma3, llama4, qwen2_5_omni, qwen2_5_vl
+from .specs import KimiTinySpec, TinyVerifierSpec
+from .tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, build_tokenizer, token_ids
+
+__all__ = [
+    "CHAT_TEMPLATE",
+    "DECODER_PREFIX",
+    "HEAD_KEY",
+    "KIMI_ARCHITECTURE",
+    "SPECIAL_TOKENS",
+    "TEXT_PREFIX",
+    "KimiTinySpec",
+    "TinyCheckpoint",
+    "TinyVerifierSpec",
+    "build_dataset",
+    "build_kimi_tiny",
+    "build_tokenizer",
+    "build_verifier",
+    "deepseek_v3_mtp",
+    "default_target_layer_ids",
+    "dense_text",
+    "falcon",
+    "gemma3",
+    "gemma3_config",
+    "gpt_neox",
+    "kimi_k25",
+    "kimi_k25_config",
+    "llama",
+    "llama4",
+    "mla_text",
+    "perturb_norms",
+    "prepare_data",
+    "qwen2_5_omni",
+    "qwen2_5_vl",
+    "qwen3_tied",
+    "remote_code",
+    "resolve_target_layer_ids",
+    "text_config",
+    "token_ids",
+    "tokenize_with_mask",
+    "train_command",
+    "write_checkpoint",
+    "write_config",
+    "write_kimi_k25_skeleton",
+    "write_skeleton",
+]
