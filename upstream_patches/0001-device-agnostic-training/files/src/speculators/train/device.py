@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from speculators.train.config import TrainConfig
 
 __all__ = [
-    "CPU_ATTN_IMPLS",
+    "CPU_DEFAULT_ATTN_IMPL",
     "CPU_LOSS_IMPLS",
+    "cpu_attn_impls",
     "device_fallbacks",
     "get_distributed_backend",
     "get_training_device",
@@ -38,16 +39,11 @@ __all__ = [
 
 logger = logging.getLogger("speculators")
 
-#: Draft attention implementations that can train (forward and backward) on CPU.
-#: Flex attention has no CPU backward.
-CPU_ATTN_IMPLS: tuple[str, ...] = ("sdpa", "eager")
+#: Draft attention implementation an unset ``draft_attn_impl`` becomes on CPU.
+CPU_DEFAULT_ATTN_IMPL = "sdpa"
 #: Loss implementations that run on CPU. ``fused`` is a Triton kernel; it only
 #: runs on CPU under the Triton interpreter (``TRITON_INTERPRET=1``).
 CPU_LOSS_IMPLS: tuple[str, ...] = ("eager",)
-_CPU_IMPLS = {
-    "draft_attn_impl": CPU_ATTN_IMPLS,
-    "loss_implementation": CPU_LOSS_IMPLS,
-}
 
 
 def has_accelerator() -> bool:
@@ -58,6 +54,16 @@ def has_accelerator() -> bool:
 def triton_interpreter_enabled() -> bool:
     """Whether Triton kernels run in the CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def cpu_attn_impls() -> tuple[str, ...]:
+    """Draft attention implementations that can train (forward and backward) on CPU.
+
+    Flex attention has no CPU backward.
+
+    :return: The implementation names.
+    """
+    return ("sdpa", "eager")
 
 
 def get_training_device(local_rank: int | None = None) -> torch.device:
@@ -138,7 +144,7 @@ def device_fallbacks(
     :param cfg: The resolved training config (its provenance tells a default
         from an explicit choice).
     :param device: The device training runs on; defaults to this rank's.
-    :returns: The substitutions, empty when every choice can run on ``device``.
+    :return: The substitutions, empty when every choice can run on ``device``.
     :raises ConfigError: If an explicit choice cannot run on ``device``; the
         message names the choices that can.
     """
@@ -154,7 +160,7 @@ def device_fallbacks(
         choices.insert(0, ("draft", "draft_attn_impl"))
     for group, name in choices:
         value = getattr(getattr(cfg, group), name)
-        supported = _CPU_IMPLS[name]
+        supported = cpu_attn_impls() if group == "draft" else CPU_LOSS_IMPLS
         if value in supported or (
             value == "fused"
             and triton_interpreter_enabled()
@@ -162,7 +168,9 @@ def device_fallbacks(
         ):
             continue
         if not _explicitly_set(cfg, group, name):
-            substitutes[name] = supported[0]
+            substitutes[name] = (
+                CPU_DEFAULT_ATTN_IMPL if group == "draft" else CPU_LOSS_IMPLS[0]
+            )
             continue
         hint = (
             " (or set TRITON_INTERPRET=1 to run the fused Triton kernels in the "

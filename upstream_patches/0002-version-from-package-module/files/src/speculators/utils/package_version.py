@@ -14,7 +14,7 @@ def speculators_version() -> str:
     to a different ``speculators`` distribution. Falls back to the distribution
     metadata for source checkouts without a generated version module.
 
-    :returns: The version string, e.g. ``"0.9.0"``.
+    :return: The version string, e.g. ``"0.9.0"``.
     :raises importlib.metadata.PackageNotFoundError: If neither source is available.
     """
     try:
@@ -30,7 +30,7 @@ def installing_distribution() -> importlib.metadata.Distribution | None:
     A downstream redistribution ships the ``speculators`` package under its own
     distribution name; naming it (and its version) tells which build is running.
 
-    :returns: That distribution, or ``None`` when the package comes from the
+    :return: That distribution, or ``None`` when the package comes from the
         ``speculators`` distribution itself or from no distribution at all.
     """
     names = importlib.metadata.packages_distributions().get("speculators", [])

@@ -32,9 +32,11 @@ __all__ = [
     "load_config_dict",
     "load_text_config",
     "resolve_attention_head_dim",
+    "resolve_max_position_embeddings",
+    "resolve_norm_eps",
+    "resolve_num_key_value_heads",
     "text_config_dict",
     "ties_word_embeddings",
-    "verifier_ties_word_embeddings",
 ]
 
 # Sub-config names, in priority order, under which composite configs keep their
@@ -85,7 +87,7 @@ def config_from_dict(config_dict: dict[str, Any]) -> PretrainedConfig:
     sub-configs stay dicts. ``auto_map`` is never followed.
 
     :param config_dict: the parsed config, e.g. the content of ``config.json``.
-    :returns: the config object.
+    :return: the config object.
     """
     model_type = _canonical_model_type(config_dict.get("model_type"))
     if model_type is not None and model_type in CONFIG_MAPPING:
@@ -107,7 +109,7 @@ def load_config_dict(
         a Hugging Face Hub model id.
     :param revision: the Hub revision (branch, tag or commit) to read.
     :param cache_dir: the Hugging Face cache directory to use for Hub downloads.
-    :returns: the parsed ``config.json``.
+    :return: the parsed ``config.json``.
     """
     path = Path(name_or_path)
     if path.is_dir():
@@ -255,7 +257,7 @@ def get_text_config(
     :param config: a loaded config, or a ``config.json``-style dict.
     :param text_config_path: dotted path of the text sub-config (e.g.
         ``"thinker_config.text_config"``), to bypass the search.
-    :returns: the text config; ``config`` itself for flat decoder configs.
+    :return: the text config; ``config`` itself for flat decoder configs.
     :raises AmbiguousTextConfigError: when several nested sub-configs qualify.
     """
     if isinstance(config, dict):
@@ -278,7 +280,7 @@ def text_config_dict(
     :param config_dict: the parsed config.
     :param text_config_path: dotted path of the text sub-config, to bypass the
         search.
-    :returns: the nested dict holding the text config.
+    :return: the nested dict holding the text config.
     :raises AmbiguousTextConfigError: when several nested sub-configs qualify.
     """
     node = (
@@ -313,7 +315,7 @@ def load_text_config(
     :param cache_dir: the Hugging Face cache directory.
     :param text_config_path: dotted path of the text sub-config, to bypass the
         search (see :func:`get_text_config`).
-    :returns: the text config.
+    :return: the text config.
     :raises AmbiguousTextConfigError: when several nested sub-configs qualify.
     """
     config: PretrainedConfig
@@ -341,7 +343,7 @@ def resolve_attention_head_dim(text_config: PretrainedConfig) -> int | None:
     instead.
 
     :param text_config: the verifier's text config.
-    :returns: the head dimension, or None when the config does not define one.
+    :return: the head dimension, or None when the config does not define one.
     """
     if getattr(text_config, "kv_lora_rank", None) is not None:
         v_head_dim = getattr(text_config, "v_head_dim", None)
@@ -349,6 +351,80 @@ def resolve_attention_head_dim(text_config: PretrainedConfig) -> int | None:
             return int(v_head_dim)
     head_dim = getattr(text_config, "head_dim", None)
     return int(head_dim) if head_dim else None
+
+
+def resolve_num_key_value_heads(text_config: PretrainedConfig) -> int:
+    """The number of key/value heads of the verifier's attention.
+
+    ``num_key_value_heads`` where the config has it; Falcon-style configs name it
+    ``num_kv_heads`` (or set ``multi_query``); configs without either (GPT-NeoX,
+    GPT-2) use multi-head attention, one key/value head per query head.
+
+    :param text_config: the verifier's text config.
+    :return: the key/value head count.
+    """
+    value = getattr(text_config, "num_key_value_heads", None)
+    if value:
+        return int(value)
+    if getattr(text_config, "multi_query", False) and not getattr(
+        text_config, "new_decoder_architecture", False
+    ):
+        return 1
+    value = getattr(text_config, "num_kv_heads", None)
+    if value:
+        return int(value)
+    return int(text_config.num_attention_heads)
+
+
+#: Names configs give their context length, in lookup order (MPT: ``max_seq_len``;
+#: GPT-2 family: ``n_positions``/``n_ctx``; ChatGLM: ``seq_length``).
+CONTEXT_LENGTH_NAMES: tuple[str, ...] = (
+    "max_position_embeddings",
+    "max_seq_len",
+    "n_positions",
+    "seq_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "n_ctx",
+)
+
+
+def resolve_max_position_embeddings(text_config: PretrainedConfig) -> int:
+    """The verifier's context length, whatever its config calls it.
+
+    :param text_config: the verifier's text config.
+    :return: the first of :data:`CONTEXT_LENGTH_NAMES` that is set.
+    :raises ValueError: if the config names no context length.
+    """
+    for name in CONTEXT_LENGTH_NAMES:
+        value = getattr(text_config, name, None)
+        if value:
+            return int(value)
+    raise ValueError(
+        f"{type(text_config).__name__} names no context length (looked for "
+        f"{', '.join(CONTEXT_LENGTH_NAMES)}); set max_position_embeddings in the "
+        "draft config (--draft-config)."
+    )
+
+
+def resolve_norm_eps(text_config: PretrainedConfig, default: float = 1e-6) -> float:
+    """The epsilon of the verifier's normalisation layers, whatever its name.
+
+    :param text_config: the verifier's text config.
+    :param default: the value when the config names none.
+    :return: ``rms_norm_eps``, ``layer_norm_eps``, ``layer_norm_epsilon`` or
+        ``norm_epsilon``, the first that is set.
+    """
+    for name in (
+        "rms_norm_eps",
+        "layer_norm_eps",
+        "layer_norm_epsilon",
+        "norm_epsilon",
+    ):
+        value = getattr(text_config, name, None)
+        if value is not None:
+            return float(value)
+    return default
 
 
 def ties_word_embeddings(config: PretrainedConfig | dict[str, Any]) -> bool:
@@ -361,7 +437,7 @@ def ties_word_embeddings(config: PretrainedConfig | dict[str, Any]) -> bool:
 
     :param config: a loaded config or a ``config.json``-style dict (wrapper or
         text config).
-    :returns: whether the output head is tied.
+    :return: whether the output head is tied.
     """
     if isinstance(config, dict):
         config = config_from_dict(config)
@@ -369,29 +445,3 @@ def ties_word_embeddings(config: PretrainedConfig | dict[str, Any]) -> bool:
     if tied is None:
         tied = getattr(config, "tie_word_embeddings", None)
     return bool(tied)
-
-
-def verifier_ties_word_embeddings(
-    name_or_path: str | Path,
-    *,
-    revision: str | None = None,
-    cache_dir: str | Path | None = None,
-) -> bool | None:
-    """Whether a verifier's output head is tied, read from its ``config.json``.
-
-    No checkpoint code is executed (see :func:`load_config_dict`).
-
-    :param name_or_path: a local model directory, a config JSON file, or a Hugging
-        Face Hub model id.
-    :param revision: the Hub revision to read.
-    :param cache_dir: the Hugging Face cache directory.
-    :returns: the text config's tie flag, or None when the config cannot be read
-        or resolved.
-    """
-    try:
-        config_dict = load_config_dict(
-            name_or_path, revision=revision, cache_dir=cache_dir
-        )
-        return ties_word_embeddings(config_dict)
-    except (OSError, ValueError):
-        return None

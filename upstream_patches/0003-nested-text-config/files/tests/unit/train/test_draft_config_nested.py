@@ -11,7 +11,7 @@ from speculators.train.cli import (
     create_transformer_layer_config,
     load_draft_transformer_layer_config,
 )
-from tests.unit import verifiers
+from tests.unit.mock import verifiers
 
 
 def _kimi_hub(path: Path) -> Path:

@@ -16,9 +16,8 @@ from speculators.utils.text_config import (
     resolve_attention_head_dim,
     text_config_dict,
     ties_word_embeddings,
-    verifier_ties_word_embeddings,
 )
-from tests.unit import verifiers
+from tests.unit.mock import verifiers
 
 GEOMETRY = (
     "hidden_size",
@@ -72,14 +71,6 @@ def test_gemma3_tied(tmp_path: Path):
     path = verifiers.gemma3(tmp_path / "gemma3")
     assert ties_word_embeddings(load_config_dict(path)) is True
     assert ties_word_embeddings(load_text_config(path)) is True
-
-
-def test_verifier_tie_flag_from_checkpoint(tmp_path: Path):
-    kimi_dir, marker = verifiers.kimi_k25_hub(tmp_path / "kimi")
-    assert verifier_ties_word_embeddings(kimi_dir) is False
-    assert not marker.exists()
-    assert verifier_ties_word_embeddings(verifiers.gemma3(tmp_path / "g")) is True
-    assert verifier_ties_word_embeddings(tmp_path / "missing") is None
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,15 @@ on the attention implementation:
 The built-in backends are ``simple_flex_attention``, ``sdpa`` and ``eager``. Other
 packages add backends through the ``speculators.attention_backends`` entry point
 group; each entry point is named after its backend and resolves to a
-:class:`DraftAttentionBackend` subclass or instance, e.g. in ``pyproject.toml``::
+:class:`DraftAttentionBackend` subclass, e.g. in ``pyproject.toml``::
 
     [project.entry-points."speculators.attention_backends"]
     my_backend = "my_package.attention:MyBackend"
 
-Entry points are loaded lazily: on the first lookup of a name that is not already
-registered, or when all available backends are listed.
+In-process backends register with ``@DraftAttentionBackend.register("name")``
+(upstream's :class:`~speculators.utils.ClassRegistryMixin`). Entry points are
+loaded lazily: on the first lookup of a name that is not already registered, or
+when all available backends are listed.
 """
 
 import warnings
@@ -39,6 +41,7 @@ from speculators.models.eagle3.attention import (
     extend_dense_mask_for_draft_tokens,
     extend_mask_for_draft_tokens,
 )
+from speculators.utils import ClassRegistryMixin
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -49,14 +52,13 @@ __all__ = [
     "available_backends",
     "cpu_backends",
     "get_backend",
-    "register_backend",
 ]
 
 #: Entry point group through which other distributions contribute backends.
 ENTRY_POINT_GROUP = "speculators.attention_backends"
 
 
-class DraftAttentionBackend:
+class DraftAttentionBackend(ClassRegistryMixin):
     """Base class for a named draft attention backend.
 
     Subclasses set :attr:`name`, implement :meth:`mask_from_mod` (or override
@@ -83,7 +85,7 @@ class DraftAttentionBackend:
         """Whether the backend can train on ``device``.
 
         :param device: The device the draft model trains on.
-        :returns: ``True`` for accelerators, and for CPU when :attr:`supports_cpu`.
+        :return: ``True`` for accelerators, and for CPU when :attr:`supports_cpu`.
         """
         return torch.device(device).type != "cpu" or self.supports_cpu
 
@@ -100,7 +102,7 @@ class DraftAttentionBackend:
         :param q_len: Number of query positions.
         :param kv_len: Number of key/value positions.
         :param device: Device the mask is created on.
-        :returns: The backend's mask object.
+        :return: The backend's mask object.
         :raises NotImplementedError: If the backend cannot express arbitrary masks.
         """
         raise NotImplementedError(
@@ -126,7 +128,7 @@ class DraftAttentionBackend:
         :param seq_len: Number of positions in the packed sequence.
         :param device: Device the mask is created on.
         :param sliding_window: Optional sliding window size, in tokens.
-        :returns: The backend's mask object, covering ``seq_len`` keys.
+        :return: The backend's mask object, covering ``seq_len`` keys.
         """
         mask_mod = create_combined_mask_mod(
             document_ids, seq_len, sliding_window=sliding_window
@@ -141,11 +143,12 @@ class DraftAttentionBackend:
 
         :param mask: The mask used by the step just taken.
         :param seq_len: Number of positions in the packed sequence.
-        :returns: The mask for the next step.
+        :return: The mask for the next step.
         """
         raise NotImplementedError
 
 
+@DraftAttentionBackend.register("simple_flex_attention")
 class SimpleFlexAttentionBackend(DraftAttentionBackend):
     """``flex_attention`` with a ``BlockMask``; the default on accelerators."""
 
@@ -163,6 +166,7 @@ class SimpleFlexAttentionBackend(DraftAttentionBackend):
         return extend_mask_for_draft_tokens(mask)
 
 
+@DraftAttentionBackend.register("sdpa")
 class SdpaBackend(DraftAttentionBackend):
     """Transformers' ``sdpa`` attention with a dense boolean mask."""
 
@@ -178,6 +182,7 @@ class SdpaBackend(DraftAttentionBackend):
         return extend_dense_mask_for_draft_tokens(mask, seq_len)
 
 
+@DraftAttentionBackend.register("eager")
 class EagerBackend(SdpaBackend):
     """Transformers' ``eager`` attention with a dense additive (0 / -inf) mask."""
 
@@ -189,49 +194,20 @@ class EagerBackend(SdpaBackend):
         )
 
 
-_BACKENDS: dict[str, DraftAttentionBackend] = {}
-_BUILTIN_NAMES: frozenset[str] = frozenset()
+# Backend instances by name, made on first lookup (backends are stateless).
+_INSTANCES: dict[str, DraftAttentionBackend] = {}
 # Entry point names already tried, so a broken one warns once.
 _TRIED_ENTRY_POINTS: set[str] = set()
 
 
-def register_backend(
-    backend: DraftAttentionBackend | type[DraftAttentionBackend],
-    *,
-    override: bool = False,
-) -> DraftAttentionBackend:
-    """Register a backend under its :attr:`~DraftAttentionBackend.name`.
-
-    Its :attr:`~DraftAttentionBackend.attention_function`, if any, is registered in
-    transformers' ``AttentionInterface`` under the same name.
-
-    :param backend: A backend instance, or a class to instantiate without arguments.
-    :param override: Replace an already registered backend of the same name.
-    :returns: The registered backend instance.
-    :raises TypeError: If ``backend`` is not a :class:`DraftAttentionBackend`.
-    :raises ValueError: If the name is missing, or taken and ``override`` is False.
-    """
-    if isinstance(backend, type) and issubclass(backend, DraftAttentionBackend):
-        backend = backend()
-    if not isinstance(backend, DraftAttentionBackend):
-        raise TypeError(
-            f"Expected a DraftAttentionBackend subclass or instance, got {backend!r}."
-        )
-    name = getattr(backend, "name", None)
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"Draft attention backend {backend!r} has no name.")
-    if name in _BACKENDS and not override:
-        raise ValueError(f"Draft attention backend '{name}' is already registered.")
-    if backend.attention_function is not None:
-        AttentionInterface.register(name, backend.attention_function)
-    _BACKENDS[name] = backend
-    return backend
+def _registry() -> dict[str, type[Any]]:
+    return DraftAttentionBackend.registry or {}
 
 
 def _load_entry_point(entry_point: EntryPoint) -> None:
     """Load and register one entry point, warning (not raising) when it is broken."""
     _TRIED_ENTRY_POINTS.add(entry_point.name)
-    if entry_point.name in _BACKENDS:
+    if entry_point.name in _registry():
         warnings.warn(
             f"Ignoring entry point '{entry_point.name} = {entry_point.value}' in "
             f"group '{ENTRY_POINT_GROUP}': a draft attention backend named "
@@ -241,14 +217,15 @@ def _load_entry_point(entry_point: EntryPoint) -> None:
         return
     try:
         loaded = entry_point.load()
-        backend = loaded() if isinstance(loaded, type) else loaded
-        if not isinstance(backend, DraftAttentionBackend):
-            raise TypeError(f"resolves to {loaded!r}, not a DraftAttentionBackend")
-        if backend.name != entry_point.name:
-            raise ValueError(
-                f"the backend is named '{backend.name}', not '{entry_point.name}'"
+        if not (isinstance(loaded, type) and issubclass(loaded, DraftAttentionBackend)):
+            raise TypeError(
+                f"resolves to {loaded!r}, not a DraftAttentionBackend subclass"
             )
-        register_backend(backend)
+        if loaded.name != entry_point.name:
+            raise ValueError(
+                f"the backend is named '{loaded.name}', not '{entry_point.name}'"
+            )
+        DraftAttentionBackend.register_decorator(loaded, name=entry_point.name)
     except Exception as exc:  # noqa: BLE001
         warnings.warn(
             f"Could not load draft attention backend entry point "
@@ -273,35 +250,45 @@ def _load_entry_points(name: str | None = None) -> None:
 def available_backends() -> list[str]:
     """Names of all draft attention backends, including those from entry points.
 
-    :returns: The built-in backends, then the others sorted by name.
+    :return: The built-in backends, then the others sorted by name.
     """
     _load_entry_points()
-    builtins = [name for name in _BACKENDS if name in _BUILTIN_NAMES]
-    return builtins + sorted(name for name in _BACKENDS if name not in builtins)
+    names = list(_registry())
+    builtins = [name for name in names if name in _BUILTIN_NAMES]
+    return builtins + sorted(name for name in names if name not in builtins)
 
 
 def get_backend(name: str) -> DraftAttentionBackend:
     """Look up a draft attention backend by name.
 
+    The backend's :attr:`~DraftAttentionBackend.attention_function`, if any, is
+    registered in transformers' ``AttentionInterface`` under the same name.
+
     :param name: The backend's name, e.g. ``"sdpa"``.
-    :returns: The registered backend instance.
+    :return: The backend instance.
     :raises ValueError: If no backend of that name is registered or installed.
     """
-    if name not in _BACKENDS:
+    if name not in _registry():
         _load_entry_points(name)
-    try:
-        return _BACKENDS[name]
-    except KeyError:
+    backend_class = _registry().get(name)
+    if backend_class is None:
         raise ValueError(
             f"Unknown draft attention backend '{name}'. Available: "
             f"{', '.join(available_backends())}."
-        ) from None
+        )
+    backend = _INSTANCES.get(name)
+    if not isinstance(backend, backend_class):
+        backend = backend_class()
+        _INSTANCES[name] = backend
+    if backend.attention_function is not None:
+        AttentionInterface.register(name, backend.attention_function)
+    return backend
 
 
 def cpu_backends() -> list[str]:
     """Names of the available backends that can train on CPU.
 
-    :returns: Backend names, in :func:`available_backends` order.
+    :return: Backend names, in :func:`available_backends` order.
     """
     return [
         name
@@ -310,6 +297,4 @@ def cpu_backends() -> list[str]:
     ]
 
 
-for _builtin in (SimpleFlexAttentionBackend, SdpaBackend, EagerBackend):
-    register_backend(_builtin)
-_BUILTIN_NAMES = frozenset(_BACKENDS)
+_BUILTIN_NAMES = frozenset(_registry())

@@ -20,7 +20,6 @@ from speculators.models.attention_backends import (
     SdpaBackend,
     available_backends,
     get_backend,
-    register_backend,
 )
 from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
 from speculators.models.eagle3.attention import (
@@ -44,8 +43,9 @@ TTT_STEPS = 3
 def _isolated_registry(monkeypatch):
     """Undo any backend (and attention function) a test registers."""
     monkeypatch.setattr(
-        attention_backends, "_BACKENDS", dict(attention_backends._BACKENDS)
+        DraftAttentionBackend, "registry", dict(DraftAttentionBackend.registry or {})
     )
+    monkeypatch.setattr(attention_backends, "_INSTANCES", {})
     monkeypatch.setattr(attention_backends, "_TRIED_ENTRY_POINTS", set())
     monkeypatch.setattr(
         AttentionInterface, "_global_mapping", dict(AttentionInterface._global_mapping)
@@ -147,11 +147,19 @@ def test_unknown_backend_lists_available():
         assert name in str(e.value)
 
 
-def test_register_backend_rejects_duplicates_and_non_backends():
+def test_register_rejects_duplicates():
     with pytest.raises(ValueError, match="already registered"):
-        register_backend(SdpaBackend)
-    with pytest.raises(TypeError):
-        register_backend(object())  # type: ignore[arg-type]
+        DraftAttentionBackend.register("sdpa")(SdpaBackend)
+
+
+def test_registered_class_is_found_by_name():
+    @DraftAttentionBackend.register("sdpa_copy")
+    class SdpaCopy(SdpaBackend):
+        name = "sdpa_copy"
+
+    assert isinstance(get_backend("sdpa_copy"), SdpaCopy)
+    assert "sdpa_copy" in available_backends()
+    assert "sdpa_copy" in cpu_attn_impls()
 
 
 def test_device_support():
