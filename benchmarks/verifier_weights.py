@@ -1,4 +1,4 @@
-"""Benchmark: verifier weight loading, ours (unit 0005) vs upstream 0.9.0.
+"""Benchmark: verifier weight loading, ours (units 0005-0007) vs upstream 0.9.0.
 
 Builds a synthetic sharded checkpoint in the Kimi-K2.5 Hub layout with a
 Kimi-K2.5-sized embedding and head (vocab 163840, hidden 7168, bf16: ~2.3 GB per
@@ -13,12 +13,16 @@ norm:
   ``load_model_layers`` (memory-mapped), a full ``isnan`` pass over the
   parameters, ``head[t2d]``, clones and ``load_state_dict`` copies;
 * ``ours``: the installed, patched copy: ``resolve_verifier_weights`` +
-  ``load_verifier_tensors(head_rows=t2d, out=<parameters>)`` -- plain positional
-  file reads straight into the parameters (selected head rows only), NaN/inf
-  checked chunk by chunk -- after an early-exit NaN test of the parameters.
+  ``load_verifier_tensors(head_rows=t2d, out=<parameters>)`` -- ``safetensors``
+  slices read in row blocks straight into the parameters (selected head rows
+  only), NaN/inf checked block by block -- after an early-exit NaN test of the
+  parameters.
 
-Reports wall time, peak RSS (``VmHWM``) and the loader's own peak (``VmHWM``
-minus RSS before the call) of each, and their ratios (ours / upstream), as JSON.
+Reports wall time; anonymous memory (``RssAnon``: heap and temporaries, what a
+loader really costs), sampled every 2 ms during the call, its peak and the
+loader's own peak (peak minus before the call); and peak RSS (``VmHWM``, which
+also counts file pages of memory-mapped shards) -- of each, and their ratios
+(ours / upstream), as JSON.
 The checkpoint is deleted afterwards unless ``--keep`` (then reused).
 """
 
@@ -80,7 +84,7 @@ def build_checkpoint(path: Path, vocab: int, hidden: int) -> None:
 
 
 CHILD = r"""
-import json, sys, time
+import json, sys, threading, time
 from types import SimpleNamespace
 
 import torch
@@ -105,6 +109,25 @@ def status(field):
     return float("nan")
 
 
+class AnonSampler(threading.Thread):
+    # Peak RssAnon while the timed call runs (RssAnon has no high-water mark).
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak = status("RssAnon")
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.wait(0.002):
+            self.peak = max(self.peak, status("RssAnon"))
+
+    def stop(self):
+        self.done.set()
+        self.join()
+        self.peak = max(self.peak, status("RssAnon"))
+        return self.peak
+
+
 class Draft(DraftVocabMixin):
     # The vocabulary part of an EAGLE-3 draft, built by the version's own
     # _init_vocab: float32 parameters filled with NaN ("not loaded yet").
@@ -120,7 +143,9 @@ config = SimpleNamespace(
         vocab_size=vocab, hidden_size=hidden, pad_token_id=None
     ),
     draft_vocab_size=draft,
-    speculators_config=SimpleNamespace(verifier=SimpleNamespace(name_or_path=path)),
+    speculators_config=SimpleNamespace(
+        verifier=SimpleNamespace(name_or_path=path, weights=None)
+    ),
 )
 # Training has read the verifier's config before it loads weights: do the same so
 # neither side pays transformers' lazy config imports inside the timed region.
@@ -133,14 +158,20 @@ model.load_vocab_mappings(t2d, d2t)
 # VmHWM/VmRSS are per address space (reset at exec); ru_maxrss is not (Linux
 # carries the parent's high-water mark across fork + exec).
 base = status("VmRSS")
+anon_base = status("RssAnon")
+sampler = AnonSampler()
+sampler.start()
 start = time.perf_counter()
 model.load_verifier_weights()
 elapsed = time.perf_counter() - start
+anon_peak = sampler.stop()
 peak = status("VmHWM")
 print(json.dumps({
     "wall_s": elapsed,
     "peak_rss_mib": peak,
     "rss_before_load_mib": base,
+    "peak_rss_anon_mib": anon_peak,
+    "rss_anon_before_load_mib": anon_base,
     "peak_virtual_mib": status("VmPeak"),
     "param_dtype": str(model.embed_tokens.weight.dtype),
     "head_shape": list(model.verifier_lm_head.weight.shape),
@@ -249,6 +280,13 @@ def main(argv: list[str] | None = None) -> int:
                 "loader_peak_rss_mib_median": statistics.median(
                     r["peak_rss_mib"] - r["rss_before_load_mib"] for r in results
                 ),
+                "peak_rss_anon_mib_median": statistics.median(
+                    r["peak_rss_anon_mib"] for r in results
+                ),
+                "loader_peak_rss_anon_mib_median": statistics.median(
+                    r["peak_rss_anon_mib"] - r["rss_anon_before_load_mib"]
+                    for r in results
+                ),
                 "peak_virtual_mib_median": statistics.median(
                     r["peak_virtual_mib"] for r in results
                 ),
@@ -282,10 +320,13 @@ def main(argv: list[str] | None = None) -> int:
             "with NaN, as training builds them) plus a final norm, with a 32k "
             "draft vocabulary: embedding, selected head rows into lm_head and "
             "verifier_lm_head, final norm",
-            "memory": "peak_rss is the child's VmHWM (it includes the draft's "
-            "parameters, identical on both sides); loader_peak_rss is VmHWM minus "
-            "VmRSS just before the call: the memory the loading itself adds "
-            "(file pages mapped and touched, temporaries, copies)",
+            "memory": "peak_rss_anon is the child's peak RssAnon during the call "
+            "(anonymous memory: the draft's parameters, identical on both sides, "
+            "plus the loader's temporaries and copies), sampled every 2 ms; "
+            "loader_peak_rss_anon is that minus RssAnon just before the call: what "
+            "the loading itself allocates. peak_rss is VmHWM, which also counts "
+            "file-backed pages of memory-mapped shards (page cache, reclaimable); "
+            "loader_peak_rss is VmHWM minus VmRSS before the call",
             "config_prewarmed": "both children read the verifier config with "
             "AutoConfig (as training does before loading weights) before the "
             "timed region; ours re-reads it inside (resolution)",
@@ -301,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
                 "peak_rss": ours["peak_rss_mib_median"] / up["peak_rss_mib_median"],
                 "loader_peak_rss": ours["loader_peak_rss_mib_median"]
                 / up["loader_peak_rss_mib_median"],
+                "peak_rss_anon": ours["peak_rss_anon_mib_median"]
+                / up["peak_rss_anon_mib_median"],
+                "loader_peak_rss_anon": ours["loader_peak_rss_anon_mib_median"]
+                / max(up["loader_peak_rss_anon_mib_median"], 1e-9),
                 "peak_virtual_memory": ours["peak_virtual_mib_median"]
                 / up["peak_virtual_mib_median"],
             },

@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     # Known errors (bad verifier path, config, weights) as one line, as upstream's
-    # commands report them (unit 0009); imported here to keep --version fast.
+    # commands report them (unit 0012); imported here to keep --version fast.
     from speculators.utils.cli_errors import run_cli
 
     return int(run_cli(lambda: args.func(args)))

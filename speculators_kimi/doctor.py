@@ -15,13 +15,14 @@ one at a time in 16 MiB chunks read with ``safetensors``, and reports NaN/inf in
 of them as a problem (for a Hub id this downloads the shards that hold them, as
 training would).
 
-The logic lives in the patched ``speculators`` package (units 0003 and 0005):
+The logic lives in the patched ``speculators`` package (units 0003 and 0005-0009):
 ``speculators.utils.text_config`` and ``speculators.utils.verifier_weights``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -158,7 +159,14 @@ def _weights_section(verifier: str, text_config: Any, report: Report, args) -> A
     spec = resolve_verifier_weights(
         verifier, text_config=text_config, **verifier_weight_kwargs(args)
     )
-    report.weights = spec.to_dict()
+    report.weights = json.loads(json.dumps(dataclasses.asdict(spec)))
+    # The flags that pin this resolution (train and generate-hidden-states).
+    report.weights["overrides"] = {
+        "verifier_weight_prefix": spec.prefix,
+        "verifier_embed_key": spec.embed.key,
+        "verifier_head_key": spec.head.key,
+        "verifier_norm_key": spec.norm.key if spec.norm else None,
+    }
     if spec.quantization:
         report.quantization.append(f"output head: {spec.quantization}")
     return spec
@@ -228,7 +236,7 @@ def _values_section(spec: Any, report: Report, progress: Any = None) -> None:
     problem. ``progress`` (a text stream) gets a line per tensor."""
     import time
 
-    from speculators.utils.verifier_weights import _resolve_file
+    from speculators.utils.verifier_weights import resolve_checkpoint_file
 
     report.values = []
     for role, info in _value_targets(spec):
@@ -249,7 +257,9 @@ def _values_section(spec: Any, report: Report, progress: Any = None) -> None:
             )
         started = time.monotonic()
         try:
-            nan, inf = count_nonfinite(_resolve_file(spec.source, info.shard), info.key)
+            nan, inf = count_nonfinite(
+                resolve_checkpoint_file(spec.source, info.shard), info.key
+            )
         except Exception as err:
             record.update(nan=None, inf=None, finite=None, error=str(err))
             report.problems.append(

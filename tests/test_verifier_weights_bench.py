@@ -32,6 +32,16 @@ def test_tiny_run_loads_identical_weights_with_both_versions(tmp_path: Path):
         assert only["head_shape"] == [512, 64]
         assert all(value == value for value in only["checksum"])  # loaded: no NaN
     ratios = result["ratios_ours_over_upstream"]
-    assert set(ratios) >= {"wall_time", "peak_rss", "loader_peak_rss"}
+    assert set(ratios) >= {
+        "wall_time",
+        "peak_rss",
+        "loader_peak_rss",
+        "peak_rss_anon",
+        "loader_peak_rss_anon",
+    }
+    for side in ("upstream_0_9_0", "ours"):
+        (only,) = result[side]["runs"]
+        # Anonymous memory holds at least the draft's float32 parameters.
+        assert only["peak_rss_anon_mib"] >= only["rss_anon_before_load_mib"] > 0
     assert result["hardware"]["cpu_model"]
     assert not (tmp_path / "work" / "upstream").exists()  # pristine copy removed

@@ -12,8 +12,9 @@ sharded Kimi-K2.5). For each: the captured states follow vLLM's convention
 against the verifier's own forward (float32), hidden states are generated,
 ``speculators train`` runs 2 steps, the checkpoint reloads, and the draft's
 frozen embedding and head equal the verifier's own and its ``verifier_norm``
-computes the verifier's final norm (GPT-NeoX and Falcon included: unit
-``0007-draft-geometry-without-kv-heads``).
+computes the verifier's final norm (GPT-NeoX and Falcon included: units
+``0003-nested-text-config`` for their geometry, ``0008-verifier-norm-semantics``
+for their LayerNorm).
 """
 
 from __future__ import annotations

@@ -55,16 +55,19 @@ def triton_backend(monkeypatch):
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     # Whatever a test registers is undone afterwards.
+    registry = attention_backends.DraftAttentionBackend.registry or {}
     monkeypatch.setattr(
-        attention_backends, "_BACKENDS", dict(attention_backends._BACKENDS)
+        attention_backends.DraftAttentionBackend, "registry", dict(registry)
     )
+    monkeypatch.setattr(attention_backends, "_INSTANCES", {})
     monkeypatch.setattr(
         AttentionInterface, "_global_mapping", dict(AttentionInterface._global_mapping)
     )
     try:
         backend = attention_backends.get_backend("triton")
     except ValueError:  # the entry point is not installed
-        backend = attention_backends.register_backend(TritonBackend)
+        attention_backends.DraftAttentionBackend.register("triton")(TritonBackend)
+        backend = attention_backends.get_backend("triton")
     assert isinstance(backend, TritonBackend)
     return backend
 

@@ -67,8 +67,17 @@ def _line(tree: Path, rel: str, row: int) -> str:
         return ""
 
 
-def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+def _run(
+    cmd: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cmd,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **env} if env else None,
+    )
 
 
 def _ruff_findings(ruff: list[str], tree: Path, files: list[str]) -> list[dict]:
@@ -152,6 +161,8 @@ def ruff_format(tree: Path, files: list[str], base: Path | None) -> LintResult:
                 *paths,
             ],
             where,
+            # The tree's own package (src/) and tests, not an installed copy.
+            env={"MYPYPATH": str(where / "src")},
         )
         return set(re.findall(r"^Would reformat: (.+)$", proc.stdout, re.M))
 
@@ -179,6 +190,9 @@ def mypy_check(tree: Path, files: list[str], base: Path | None) -> LintResult:
             [
                 *mypy,
                 "--check-untyped-defs",
+                # Test modules live in plain directories (no __init__.py, as in
+                # upstream's tests/): name modules by their path from the root.
+                "--explicit-package-bases",
                 "--config-file",
                 str(where / "pyproject.toml"),
                 "--cache-dir",
@@ -186,6 +200,8 @@ def mypy_check(tree: Path, files: list[str], base: Path | None) -> LintResult:
                 *paths,
             ],
             where,
+            # The tree's own package (src/) and tests, not an installed copy.
+            env={"MYPYPATH": str(where / "src")},
         )
         if proc.returncode not in (0, 1):
             return [("", 0, proc.stdout + proc.stderr)]
