@@ -137,3 +137,21 @@ def test_has_nan_matches_isnan_any_in_every_piece(monkeypatch, dtype):
     assert has_nan(torch.full((3, 3), float("nan"), dtype=dtype))
     assert not has_nan(torch.empty(0, dtype=dtype))
     assert not has_nan(torch.arange(10))
+
+
+def test_bit_level_finite_check_is_exact():
+    """Every bf16/f16 and fp8 bit pattern: finite exactly where torch says so."""
+    for dtype in (torch.bfloat16, torch.float16):
+        values = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+        values = values.view(dtype)
+        got = [finite._is_finite(values[i : i + 1]) for i in range(65536)]
+        assert got == torch.isfinite(values.float()).tolist()
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        values = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype)
+        got = [finite._is_finite(values[i : i + 1]) for i in range(256)]
+        assert got == torch.isfinite(values.float()).tolist()
+    for dtype in (torch.float32, torch.float64):
+        specials = torch.tensor([0.0, -0.0, 1e30, -1e30, float("inf"), float("-inf")])
+        specials = torch.cat([specials, torch.tensor([float("nan")])]).to(dtype)
+        got = [finite._is_finite(specials[i : i + 1]) for i in range(len(specials))]
+        assert got == torch.isfinite(specials).tolist()
