@@ -54,6 +54,20 @@ def minimal_llama_tensors(vocab: int = verifiers.VOCAB) -> dict[str, torch.Tenso
     return out
 
 
+def llama_checkpoint(
+    path: Path, tensors: dict[str, torch.Tensor], **config: object
+) -> Path:
+    """A Llama verifier directory holding ``tensors``, its config updated by
+    ``config`` (e.g. other sizes)."""
+    verifiers.llama(path)
+    if config:
+        data = json.loads((path / "config.json").read_text())
+        data.update(config)
+        (path / "config.json").write_text(json.dumps(data))
+    write_checkpoint(path, tensors)
+    return path
+
+
 def with_second_decoder(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``tensors`` plus a copy of its ``model.`` decoder under ``other.model.``."""
     out = dict(tensors)

@@ -2,7 +2,6 @@
 and its errors: each names the candidates and the way out."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ from tests.unit.mock import verifiers
 
 def test_flat_and_nested_keys(tmp_path):
     tensors = vc.minimal_llama_tensors()
-    spec = resolve_verifier_weights(_flat(tmp_path / "flat", tensors))
+    spec = resolve_verifier_weights(vc.llama_checkpoint(tmp_path / "flat", tensors))
     assert spec.norm is not None
     assert (spec.prefix, spec.embed.key, spec.head.key, spec.norm.key) == (
         "model",
@@ -35,13 +34,15 @@ def test_flat_and_nested_keys(tmp_path):
         if not key.startswith("other.")
     }
     nested["vision_tower.embeddings.weight"] = torch.randn(7, verifiers.HIDDEN)
-    spec = resolve_verifier_weights(_flat(tmp_path / "nested", nested))
+    spec = resolve_verifier_weights(vc.llama_checkpoint(tmp_path / "nested", nested))
     assert spec.prefix == "language_model.model"
     assert spec.head.key == "language_model.lm_head.weight"
 
 
 def test_overrides_name_keys_or_prefix(tmp_path):
-    path = _flat(tmp_path, vc.with_second_decoder(vc.minimal_llama_tensors()))
+    path = vc.llama_checkpoint(
+        tmp_path / "ckpt", vc.with_second_decoder(vc.minimal_llama_tensors())
+    )
     spec = resolve_verifier_weights(path, prefix="other.model")
     assert spec.embed.key == "other.model.embed_tokens.weight"
     assert spec.norm is not None
@@ -61,18 +62,8 @@ def test_overrides_name_keys_or_prefix(tmp_path):
         resolve_verifier_weights(path, prefix="language_model.model")
 
 
-def _flat(tmp_path: Path, tensors: dict[str, torch.Tensor], **config) -> Path:
-    path = verifiers.llama(tmp_path / "ckpt")
-    if config:
-        data = json.loads((path / "config.json").read_text())
-        data.update(config)
-        (path / "config.json").write_text(json.dumps(data))
-    vc.write_checkpoint(path, tensors)
-    return path
-
-
 def test_error_corrupt_header(tmp_path):
-    path = _flat(tmp_path, vc.minimal_llama_tensors())
+    path = vc.llama_checkpoint(tmp_path / "ckpt", vc.minimal_llama_tensors())
     data = (path / "model.safetensors").read_bytes()
     (path / "model.safetensors").write_bytes(data[:100])
     with pytest.raises(VerifierWeightsError, match="Corrupt or truncated"):
@@ -83,7 +74,7 @@ def test_error_corrupt_header(tmp_path):
 
 
 def test_error_truncated_data(tmp_path):
-    path = _flat(tmp_path, vc.minimal_llama_tensors())
+    path = vc.llama_checkpoint(tmp_path / "ckpt", vc.minimal_llama_tensors())
     data = (path / "model.safetensors").read_bytes()
     (path / "model.safetensors").write_bytes(data[:-64])
     with pytest.raises(VerifierWeightsError, match="truncated.*model.safetensors"):
@@ -94,14 +85,14 @@ def test_error_shape_contradicts_config(tmp_path):
     tensors = vc.minimal_llama_tensors()
     tensors["lm_head.weight"] = torch.randn(verifiers.VOCAB + 2, verifiers.HIDDEN)
     with pytest.raises(VerifierWeightsError, match="output head.*contradicts"):
-        resolve_verifier_weights(_flat(tmp_path, tensors))
+        resolve_verifier_weights(vc.llama_checkpoint(tmp_path / "ckpt", tensors))
 
 
 def test_error_ambiguous(tmp_path):
     tensors = vc.minimal_llama_tensors()
     tensors["output.weight"] = torch.randn(verifiers.VOCAB, verifiers.HIDDEN)
     with pytest.raises(VerifierWeightsError, match="Ambiguous.*lm_head.*output") as err:
-        resolve_verifier_weights(_flat(tmp_path, tensors))
+        resolve_verifier_weights(vc.llama_checkpoint(tmp_path / "ckpt", tensors))
     assert "--verifier-head-key" in str(err.value)
     assert "model.safetensors" in str(err.value)
 
@@ -109,7 +100,7 @@ def test_error_ambiguous(tmp_path):
 def test_error_ambiguous_decoders(tmp_path):
     tensors = vc.with_second_decoder(vc.minimal_llama_tensors())
     with pytest.raises(VerifierWeightsError, match="Ambiguous verifier decoder") as err:
-        resolve_verifier_weights(_flat(tmp_path, tensors))
+        resolve_verifier_weights(vc.llama_checkpoint(tmp_path / "ckpt", tensors))
     assert "--verifier-weight-prefix" in str(err.value)
     assert "other.model" in str(err.value)
 
@@ -117,14 +108,16 @@ def test_error_ambiguous_decoders(tmp_path):
 def test_error_no_candidate(tmp_path):
     tensors = vc.minimal_llama_tensors(vocab=verifiers.VOCAB * 2)
     with pytest.raises(VerifierWeightsError, match="No decoder"):
-        resolve_verifier_weights(_flat(tmp_path, tensors))
+        resolve_verifier_weights(vc.llama_checkpoint(tmp_path / "ckpt", tensors))
 
 
 def test_error_untied_without_head(tmp_path):
     tensors = vc.minimal_llama_tensors()
     del tensors["lm_head.weight"]
     with pytest.raises(VerifierWeightsError, match="tie_word_embeddings=False"):
-        resolve_verifier_weights(_flat(tmp_path, tensors, tie_word_embeddings=False))
+        resolve_verifier_weights(
+            vc.llama_checkpoint(tmp_path / "ckpt", tensors, tie_word_embeddings=False)
+        )
 
 
 def test_error_packed_head(tmp_path):
@@ -135,7 +128,9 @@ def test_error_packed_head(tmp_path):
     )
     tensors["lm_head.weight_scale"] = torch.ones(verifiers.VOCAB, 1)
     with pytest.raises(VerifierWeightsError, match="packed quantized"):
-        resolve_verifier_weights(_flat(tmp_path, tensors, tie_word_embeddings=True))
+        resolve_verifier_weights(
+            vc.llama_checkpoint(tmp_path / "ckpt", tensors, tie_word_embeddings=True)
+        )
 
 
 def test_error_int_head(tmp_path):
@@ -144,13 +139,13 @@ def test_error_int_head(tmp_path):
         verifiers.VOCAB, verifiers.HIDDEN, dtype=torch.int8
     )
     with pytest.raises(VerifierWeightsError, match="quantized format"):
-        resolve_verifier_weights(_flat(tmp_path, tensors))
+        resolve_verifier_weights(vc.llama_checkpoint(tmp_path / "ckpt", tensors))
 
 
 def test_error_blames_a_defaulted_size_not_the_weights(tmp_path):
     # config.json without vocab_size: LlamaConfig's default (32000) stands in and
     # contradicts the weights; the advice is to set it, not to fix the weights.
-    path = _flat(tmp_path, vc.minimal_llama_tensors())
+    path = vc.llama_checkpoint(tmp_path / "ckpt", vc.minimal_llama_tensors())
     data = json.loads((path / "config.json").read_text())
     del data["vocab_size"]
     (path / "config.json").write_text(json.dumps(data))

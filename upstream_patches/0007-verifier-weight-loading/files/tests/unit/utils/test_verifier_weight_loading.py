@@ -1,9 +1,6 @@
 """Verifier tensors are read block by block: selected rows, into destinations,
 checked for NaN/inf."""
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -30,16 +27,6 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(loader, "_BLOCK_BYTES", 3 * verifiers.HIDDEN * 4)
 
 
-def _flat(tmp_path: Path, tensors: dict[str, torch.Tensor], **config) -> Path:
-    path = verifiers.llama(tmp_path / "ckpt")
-    if config:
-        data = json.loads((path / "config.json").read_text())
-        data.update(config)
-        (path / "config.json").write_text(json.dumps(data))
-    vc.write_checkpoint(path, tensors)
-    return path
-
-
 @pytest.mark.usefixtures("small_blocks")
 def test_draft_vocab_reads_selected_rows_only(kimi):
     spec = resolve_verifier_weights(kimi.path)
@@ -64,7 +51,7 @@ def test_bf16_rows_any_order_and_repeats(tmp_path):
     tensors["lm_head.weight"] = torch.randn(verifiers.VOCAB, verifiers.HIDDEN).to(
         torch.bfloat16
     )
-    spec = resolve_verifier_weights(_flat(tmp_path, tensors))
+    spec = resolve_verifier_weights(vc.llama_checkpoint(tmp_path / "ckpt", tensors))
     rows = torch.tensor([9, 3, 4, 5, 9, 255, 0])
     head = load_verifier_tensors(spec, head_rows=rows).head
     assert head.dtype == torch.bfloat16
@@ -106,7 +93,7 @@ def test_error_nonfinite_embed_names_key(tmp_path, dtype, bad):
     embed = torch.randn(verifiers.VOCAB, verifiers.HIDDEN).to(dtype)
     embed[verifiers.VOCAB - 1, 2] = bad
     tensors["model.embed_tokens.weight"] = embed
-    spec = resolve_verifier_weights(_flat(tmp_path, tensors))
+    spec = resolve_verifier_weights(vc.llama_checkpoint(tmp_path / "ckpt", tensors))
     with pytest.raises(VerifierWeightsError, match="'model.embed_tokens.weight'.*NaN"):
         load_verifier_tensors(spec)
     with pytest.raises(VerifierWeightsError, match="'model.embed_tokens.weight'.*NaN"):
@@ -116,7 +103,7 @@ def test_error_nonfinite_embed_names_key(tmp_path, dtype, bad):
 def test_error_nan_in_norm(tmp_path):
     tensors = vc.minimal_llama_tensors()
     tensors["model.norm.weight"][3] = float("nan")
-    spec = resolve_verifier_weights(_flat(tmp_path, tensors))
+    spec = resolve_verifier_weights(vc.llama_checkpoint(tmp_path / "ckpt", tensors))
     with pytest.raises(VerifierWeightsError, match="'model.norm.weight'.*NaN"):
         load_verifier_tensors(spec)
 

@@ -1,6 +1,5 @@
 """FP8 output heads with 128x128 block scales are dequantized on load."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -33,11 +32,9 @@ def _fp8_checkpoint(tmp_path: Path, scale: torch.Tensor | None):
     tensors.update(
         {f"model.layers.{i}.x.weight": torch.ones(1) for i in range(verifiers.LAYERS)}
     )
-    path = verifiers.llama(tmp_path / "ckpt")
-    data = json.loads((path / "config.json").read_text())
-    data.update(vocab_size=VOCAB, hidden_size=HIDDEN)
-    (path / "config.json").write_text(json.dumps(data))
-    vc.write_checkpoint(path, tensors)
+    path = vc.llama_checkpoint(
+        tmp_path / "ckpt", tensors, vocab_size=VOCAB, hidden_size=HIDDEN
+    )
     return path, fp8.float() * expanded[:, :HIDDEN]
 
 
