@@ -99,12 +99,10 @@ def read_shard_metadata(path: str | Path) -> ShardMetadata:
         raise VerifierWeightsError(f"Verifier shard file missing: {path}.")
     try:
         with safe_open(str(path), framework="pt") as handle:
+            slices = {key: handle.get_slice(key) for key in handle.keys()}  # noqa: SIM118
             return {
-                key: (
-                    tuple(handle.get_slice(key).get_shape()),
-                    handle.get_slice(key).get_dtype(),
-                )
-                for key in handle.keys()  # noqa: SIM118
+                key: (tuple(piece.get_shape()), piece.get_dtype())
+                for key, piece in slices.items()
             }
     except (SafetensorError, OSError) as err:
         raise VerifierWeightsError(
