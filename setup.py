@@ -36,7 +36,11 @@ TEST_REQUIREMENTS = [
     "pillow",
     "build>=1.2",
     "twine>=6",
+    # Kimi-style tiktoken tokenizers built by the data-preparation tests.
+    "tiktoken>=0.7",
 ]
+#: Kimi-K2.5's tokenizer is tiktoken BPE (remote code that imports tiktoken).
+KIMI_REQUIREMENTS = ["tiktoken>=0.7"]
 
 TREE = vendored_dir(ROOT)
 if not (TREE / STAMP).is_file():
@@ -73,7 +77,11 @@ setup(
     package_dir={"speculators": str(src / "speculators")},
     package_data={"speculators": ["py.typed"], "speculators_kimi": ["data/*"]},
     install_requires=reqs.base + OUR_REQUIREMENTS,
-    extras_require={**reqs.extras, "test": TEST_REQUIREMENTS},
+    extras_require={
+        **reqs.extras,
+        "kimi": KIMI_REQUIREMENTS,
+        "test": TEST_REQUIREMENTS,
+    },
     cmdclass={"build_py": BuildPyWithBuildInfo},
     options={
         "build": {"build_base": str(BUILD_BASE)},

@@ -23,8 +23,10 @@ def load_text_processor(target_model_path: str, *, trust_remote_code: bool = Fal
     :param target_model_path: Local path or Hub id of the verifier.
     :param trust_remote_code: Whether the verifier's own code may be executed.
     :return: The processor, or the tokenizer when the processor cannot be built.
-    :raises Exception: The processor's error, when the tokenizer cannot be loaded
-        either.
+    :raises Exception: The tokenizer's error, when the tokenizer cannot be loaded
+        either. It names the cause (a missing ``tiktoken`` or ``sentencepiece``,
+        remote code not trusted), which the processor's error may hide behind a
+        missing image processor; the processor's error is noted on it.
     """
     try:
         return AutoProcessor.from_pretrained(
@@ -35,8 +37,12 @@ def load_text_processor(target_model_path: str, *, trust_remote_code: bool = Fal
             tokenizer: Any = AutoTokenizer.from_pretrained(
                 target_model_path, trust_remote_code=trust_remote_code
             )
-        except (OSError, ImportError, ValueError):
-            raise processor_error from None
+        except (OSError, ImportError, ValueError) as tokenizer_error:
+            tokenizer_error.add_note(
+                f"Loading the processor of {target_model_path} failed first: "
+                f"{type(processor_error).__name__}: {processor_error}"
+            )
+            raise tokenizer_error from None
         log.warning(
             f"Could not build the processor of {target_model_path} "
             f"({type(processor_error).__name__}: {processor_error}); "

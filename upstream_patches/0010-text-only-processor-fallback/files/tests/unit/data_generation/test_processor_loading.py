@@ -1,3 +1,8 @@
+import os
+import re
+import subprocess
+import sys
+
 import pytest
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
@@ -11,6 +16,7 @@ from transformers import (
 
 from speculators.data_generation.preprocessing import load_processor
 from speculators.data_generation.processor_loading import load_text_processor
+from tests.unit.mock.chat_tokenizers import write_kimi_tokenizer
 
 WORDS = ["<pad>", "<unk>", "hello", "world", "user", "assistant"]
 
@@ -50,7 +56,50 @@ def test_text_verifier_loads_without_warning(tmp_path, caplog):
     assert "tokenizer alone" not in caplog.text
 
 
-def test_no_tokenizer_raises_the_processor_error(tmp_path):
+def test_no_tokenizer_raises_the_tokenizer_error(tmp_path):
     Kimi_K25Config().save_pretrained(tmp_path)
-    with pytest.raises(OSError, match="image processor|tokenizer|Can't load"):
+    with pytest.raises((OSError, ValueError), match="tokenizer") as raised:
         load_text_processor(str(tmp_path))
+    assert "image processor" in "\n".join(raised.value.__notes__)
+
+
+# Run in a fresh interpreter with the package made unimportable, as if missing.
+HIDE_PACKAGE = """
+import sys
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == {package!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Hide())
+from speculators.data_generation.processor_loading import load_text_processor
+load_text_processor({path!r}, trust_remote_code={trust})
+"""
+
+
+@pytest.mark.parametrize("trust_remote_code", [True, False])
+def test_missing_tokenizer_package_is_named(tmp_path, trust_remote_code):
+    # Kimi-K2.5's tokenizer is tiktoken-based remote code; without tiktoken the
+    # processor's "Can't load image processor" must not be what the user sees.
+    kimi = write_kimi_tokenizer(tmp_path / "kimi")
+    script = HIDE_PACKAGE.format(
+        package="tiktoken", path=str(kimi), trust=trust_remote_code
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    result = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert result.returncode != 0
+    # The raised exception's own line (its notes follow it).
+    raised = [
+        line
+        for line in result.stderr.splitlines()
+        if re.match(r"(ImportError|ValueError|OSError|ModuleNotFoundError): ", line)
+    ]
+    assert raised, result.stderr[-2000:]
+    assert "tiktoken" in raised[-1]
+    assert "image processor" not in raised[-1]
