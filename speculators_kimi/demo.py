@@ -320,7 +320,7 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
         KimiTinySpec,
         build_kimi_tiny,
         prepare_data,
-        tokenize_with_mask,
+        write_conversations,
     )
 
     out = s.out.resolve()
@@ -328,7 +328,7 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     verifier, data, run_dir = out / "verifier", out / "data", out / "run"
-    jsonl = out / "pretokenized.jsonl"
+    jsonl = out / "conversations.jsonl"
     spec = KimiTinySpec()
     dataset = hashlib.sha256(_dataset_text().encode()).hexdigest()[:16]
     all_convs = load_conversations()
@@ -344,16 +344,13 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
         return {"path": str(verifier)}
 
     def build_data() -> dict[str, Any]:
-        from transformers import PreTrainedTokenizerFast
+        from datasets import load_from_disk
 
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(verifier)
-        rows = [tokenize_with_mask(tokenizer, c) for c in convs]
-        with jsonl.open("w") as f:
-            for ids, mask in rows:
-                f.write(json.dumps({"input_ids": ids, "loss_mask": mask}) + "\n")
-        seq_len = max(len(ids) for ids, _ in rows)
-        prepare_data(verifier, jsonl, data, seq_len)
-        return {"samples": len(rows), "max_len": seq_len}
+        # `speculators prepare-data --render-endpoint local`: the verifier's chat
+        # template renders each conversation, no vLLM server.
+        prepare_data(verifier, write_conversations(convs, jsonl), data)
+        seq_lens = load_from_disk(str(data))["seq_len"]
+        return {"samples": len(seq_lens), "max_len": int(max(seq_lens))}
 
     def hidden_states() -> dict[str, Any]:
         res = generate_hidden_states(verifier, data, dtype=s.dtype)

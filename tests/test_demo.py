@@ -129,7 +129,6 @@ def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path, capsys):
     from transformers import PreTrainedTokenizerFast
 
     from speculators_kimi.datagen import HS_DIRNAME
-    from speculators_kimi.tiny_verifier import tokenize_with_mask
 
     out = tmp_path / "demo"
     data, hs = out / "data", out / "data" / HS_DIRNAME
@@ -140,12 +139,22 @@ def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path, capsys):
         return capsys.readouterr().out
 
     def expected_rows(n: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        # A row per reply, with the turns before it: what follows the last
+        # `<|assistant|>` is trained.
         tokenizer = PreTrainedTokenizerFast.from_pretrained(out / "verifier")
-        rows = [tokenize_with_mask(tokenizer, c) for c in load_conversations(n)]
-        return sorted((tuple(i), tuple(m)) for i, m in rows)
+        reply = tokenizer.convert_tokens_to_ids("<|assistant|>")
+        rows = []
+        for conv in load_conversations(n):
+            for k in range(1, len(conv), 2):
+                ids = tokenizer.apply_chat_template(
+                    conv[: k + 1], tokenize=True, return_dict=False
+                )
+                start = len(ids) - ids[::-1].index(reply)
+                rows.append((tuple(ids), (0,) * start + (1,) * (len(ids) - start)))
+        return sorted(rows)
 
     demo(12)
-    assert len(list(hs.glob("hs_*.safetensors"))) == 12
+    assert len(list(hs.glob("hs_*.safetensors"))) == len(expected_rows(12)) == 13
     verifier = _mtimes(out / "verifier")
 
     # Fewer samples: data and hidden states are redone, the verifier is reused,
@@ -160,11 +169,11 @@ def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path, capsys):
     assert _mtimes(out / "verifier") == verifier
     assert _rows(data) == expected_rows(6)
     assert sorted(p.name for p in hs.iterdir()) == sorted(
-        f"hs_{i}.safetensors" for i in range(6)
+        f"hs_{i}.safetensors" for i in range(len(expected_rows(6)))
     )
     marker = json.loads((out / ".stages" / "data").read_text())
     assert marker["inputs"]["num_samples"] == 6
-    assert marker["result"]["samples"] == 6
+    assert marker["result"]["samples"] == len(expected_rows(6))
 
     # Unchanged: every stage is reused and no output is rewritten.
     before = _mtimes(out)

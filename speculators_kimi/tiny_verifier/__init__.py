@@ -44,8 +44,8 @@ from .dataset import (
     default_target_layer_ids,
     prepare_data,
     resolve_target_layer_ids,
-    tokenize_with_mask,
     train_command,
+    write_conversations,
 )
 from .dense import build_verifier, falcon, gpt_neox, llama, qwen3_tied
 from .kimi import (
@@ -97,10 +97,10 @@ __all__ = [
     "resolve_target_layer_ids",
     "text_config",
     "token_ids",
-    "tokenize_with_mask",
     "train_command",
     "write_checkpoint",
     "write_config",
+    "write_conversations",
     "write_kimi_k25_skeleton",
     "write_skeleton",
 ]

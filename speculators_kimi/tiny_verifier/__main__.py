@@ -24,11 +24,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--num-layers", type=int, default=TinyVerifierSpec.num_layers)
     parser.add_argument("--num-samples", type=int, default=TinyVerifierSpec.num_samples)
     parser.add_argument("--seed", type=int, default=TinyVerifierSpec.seed)
-    parser.add_argument(
-        "--no-prepare-data",
-        action="store_true",
-        help="Write the dataset directory directly instead of via prepare-data.",
-    )
     args = parser.parse_args(argv)
 
     spec = TinyVerifierSpec(
@@ -36,9 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     out: Path = args.out_dir.resolve()
     verifier_dir = build_verifier(spec, out / "verifier")
-    data_dir = build_dataset(
-        spec, verifier_dir, out / "data", use_prepare_data=not args.no_prepare_data
-    )
+    data_dir = build_dataset(spec, verifier_dir, out / "data")
     print(shlex.join(train_command(spec, verifier_dir, data_dir, out / "run")))
     return 0
 

@@ -2,9 +2,8 @@
 
 The conversations have a learnable pattern (the assistant repeats the user's
 words shifted by a fixed offset); they are rendered with the verifier's chat
-template, turned into upstream's dataset by ``speculators prepare-data`` (from a
-pre-tokenized JSONL file: no vLLM render endpoint), and given hidden states by
-our ``generate-hidden-states``.
+template by ``speculators prepare-data --render-endpoint local`` (no vLLM server)
+and given hidden states by our ``generate-hidden-states``.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedTokenizerFast
 
 from .specs import TinyVerifierSpec
 
@@ -25,9 +23,12 @@ __all__ = [
     "default_target_layer_ids",
     "prepare_data",
     "resolve_target_layer_ids",
-    "tokenize_with_mask",
     "train_command",
+    "write_conversations",
 ]
+
+#: prepare-data's truncation limit for the tiny datasets (they are far shorter).
+DATA_SEQ_LEN = 2048
 
 
 def default_target_layer_ids(num_layers: int) -> list[int] | None:
@@ -80,33 +81,23 @@ def _synthetic_conversations(spec: TinyVerifierSpec) -> list[list[dict[str, str]
     return convs
 
 
-def tokenize_with_mask(
-    tokenizer: PreTrainedTokenizerFast, conv: list[dict[str, str]]
-) -> tuple[list[int], list[int]]:
-    """Token ids of the full conversation and a mask over assistant turns."""
-
-    def render(turns: list[dict[str, str]], gen: bool) -> list[int]:
-        return list(
-            tokenizer.apply_chat_template(
-                turns, tokenize=True, add_generation_prompt=gen, return_dict=False
-            )
-        )
-
-    full_ids = render(conv, False)
-    mask = [0] * len(full_ids)
-    for k, turn in enumerate(conv):
-        if turn["role"] != "assistant":
-            continue
-        start = len(render(conv[:k], True))
-        end = len(render(conv[: k + 1], False))
-        if full_ids[:end] != render(conv[: k + 1], False):
-            raise RuntimeError("chat template rendering is not prefix-stable")
-        mask[start:end] = [1] * (end - start)
-    return full_ids, mask
+def write_conversations(conversations: list[list[dict[str, str]]], path: Path) -> Path:
+    """Write ``{"conversations": [...]}`` rows, prepare-data's input format."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for conv in conversations:
+            f.write(json.dumps({"conversations": conv}) + "\n")
+    return path
 
 
-def prepare_data(verifier_dir: Path, jsonl: Path, data_dir: Path, seq_len: int) -> None:
-    """Run ``speculators prepare-data`` offline on a pre-tokenized JSONL file."""
+def prepare_data(
+    verifier_dir: Path, jsonl: Path, data_dir: Path, seq_len: int = DATA_SEQ_LEN
+) -> None:
+    """Run ``speculators prepare-data --render-endpoint local`` on conversations.
+
+    The verifier's chat template renders each conversation through
+    ``transformers`` (no vLLM server); the loss mask covers the assistant turns.
+    """
     cmd = [
         sys.executable,
         "-m",
@@ -118,6 +109,8 @@ def prepare_data(verifier_dir: Path, jsonl: Path, data_dir: Path, seq_len: int) 
         str(jsonl),
         "--output",
         str(data_dir),
+        "--render-endpoint",
+        "local",
         "--seq-length",
         str(seq_len),
         "--num-preprocessing-workers",
@@ -128,44 +121,17 @@ def prepare_data(verifier_dir: Path, jsonl: Path, data_dir: Path, seq_len: int) 
     subprocess.run(cmd, check=True, env=env)
 
 
-def build_dataset(
-    spec: TinyVerifierSpec,
-    verifier_dir: Path,
-    data_dir: Path,
-    *,
-    use_prepare_data: bool = True,
-) -> Path:
+def build_dataset(spec: TinyVerifierSpec, verifier_dir: Path, data_dir: Path) -> Path:
     """Write the trainer's offline dataset for ``verifier_dir`` into ``data_dir``.
 
-    With ``use_prepare_data`` the dataset directory is produced by
-    ``speculators prepare-data`` (needs ``speculators`` importable); otherwise
-    the same columns are written directly with ``datasets``.
+    The synthetic conversations go through ``speculators prepare-data
+    --render-endpoint local``, then our ``generate-hidden-states``.
     """
-    from datasets import Dataset
-
     from ..datagen import generate_hidden_states
 
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(verifier_dir)
-    rows = [tokenize_with_mask(tokenizer, c) for c in _synthetic_conversations(spec)]
-    seq_len = max(len(ids) for ids, _ in rows)
-
-    if use_prepare_data:
-        jsonl = data_dir.parent / f"{data_dir.name}_pretokenized.jsonl"
-        jsonl.parent.mkdir(parents=True, exist_ok=True)
-        with jsonl.open("w") as f:
-            for ids, mask in rows:
-                f.write(json.dumps({"input_ids": ids, "loss_mask": mask}) + "\n")
-        prepare_data(verifier_dir, jsonl, data_dir, seq_len)
-    else:
-        dataset = Dataset.from_dict(
-            {
-                "input_ids": [ids for ids, _ in rows],
-                "loss_mask": [mask for _, mask in rows],
-                "seq_len": [len(ids) for ids, _ in rows],
-            }
-        )
-        dataset.set_format("torch")  # the trainer compares tensors, as prepare-data
-        dataset.save_to_disk(str(data_dir))
+    jsonl = data_dir.parent / f"{data_dir.name}_conversations.jsonl"
+    write_conversations(_synthetic_conversations(spec), jsonl)
+    prepare_data(verifier_dir, jsonl, data_dir)
 
     layer_ids, _ = resolve_target_layer_ids(spec)
     generate_hidden_states(

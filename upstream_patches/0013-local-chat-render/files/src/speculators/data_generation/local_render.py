@@ -16,9 +16,12 @@ Truncation follows the endpoint's ``truncate_prompt_tokens`` / ``truncation_side
 """
 
 import json
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["LOCAL_RENDER_ENDPOINT", "LocalChatRenderer", "vllm_template_messages"]
 
@@ -159,16 +162,16 @@ class LocalChatRenderer:
         :return: The rendered token ids.
         """
         prepared = vllm_template_messages(messages)
-        ids = self.tokenizer.apply_chat_template(
+        rendered = self.tokenizer.apply_chat_template(
             prepared,
-            tools=tools,
+            tools=cast("list[dict | Callable] | None", tools),
             chat_template=self.chat_template,
             add_generation_prompt=add_generation_prompt,
             tokenize=True,
             return_dict=False,
             **(chat_template_kwargs or {}),
         )
-        ids = list(ids)
+        ids = list(cast("list[int]", rendered))
         if truncate_prompt_tokens is not None and len(ids) > truncate_prompt_tokens:
             if truncation_side == "right":
                 ids = ids[:truncate_prompt_tokens]

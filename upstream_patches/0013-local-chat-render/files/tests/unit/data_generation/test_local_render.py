@@ -37,7 +37,7 @@ TOOLS = [
 ]
 
 # Text-only conversations without reasoning: the render is the same either way.
-CONVERSATIONS = [
+CONVERSATIONS: list[list[dict]] = [
     [
         {"role": "user", "content": "what is two plus two"},
         {"role": "assistant", "content": "four"},
