@@ -76,13 +76,21 @@ load_text_processor({path!r}, trust_remote_code={trust})
 """
 
 
-@pytest.mark.parametrize("trust_remote_code", [True, False])
-def test_missing_tokenizer_package_is_named(tmp_path, trust_remote_code):
-    # Kimi-K2.5's tokenizer is tiktoken-based remote code; without tiktoken the
-    # processor's "Can't load image processor" must not be what the user sees.
+@pytest.mark.parametrize(
+    ("package", "trust_remote_code"),
+    [("tiktoken", True), ("tiktoken", False), ("sentencepiece", True)],
+)
+def test_missing_tokenizer_package_is_named(tmp_path, package, trust_remote_code):
+    # Kimi-K2.5's tokenizer is tiktoken-based remote code (without trust,
+    # transformers converts its tiktoken file, which needs tiktoken too); without
+    # the package the processor's "Can't load image processor" must not be what
+    # the user sees. The sentencepiece case: a remote tokenizer importing it.
     kimi = write_kimi_tokenizer(tmp_path / "kimi")
+    if package == "sentencepiece":
+        code = kimi / "tokenization_kimi.py"
+        code.write_text("import sentencepiece\n" + code.read_text())
     script = HIDE_PACKAGE.format(
-        package="tiktoken", path=str(kimi), trust=trust_remote_code
+        package=package, path=str(kimi), trust=trust_remote_code
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env["PYTHONPATH"] = os.pathsep.join(sys.path)
@@ -101,5 +109,5 @@ def test_missing_tokenizer_package_is_named(tmp_path, trust_remote_code):
         if re.match(r"(ImportError|ValueError|OSError|ModuleNotFoundError): ", line)
     ]
     assert raised, result.stderr[-2000:]
-    assert "tiktoken" in raised[-1]
+    assert package in raised[-1]
     assert "image processor" not in raised[-1]
