@@ -24,6 +24,8 @@ from vendorlib.build import (  # noqa: E402
 from vendorlib.pin import load_pin, load_series  # noqa: E402
 
 OUR_REQUIREMENTS = ['triton; sys_platform == "linux"']
+#: Kimi-K2.5's tokenizer is tiktoken BPE (remote code that imports tiktoken).
+KIMI_REQUIREMENTS = ["tiktoken>=0.7"]
 # pytest-mock, pytest-asyncio and pillow: what upstream's own unit tests need (CI runs
 # them against this install, see .ci/run); build and twine: the release checks.
 TEST_REQUIREMENTS = [
@@ -37,10 +39,8 @@ TEST_REQUIREMENTS = [
     "build>=1.2",
     "twine>=6",
     # Kimi-style tiktoken tokenizers built by the data-preparation tests.
-    "tiktoken>=0.7",
+    *KIMI_REQUIREMENTS,
 ]
-#: Kimi-K2.5's tokenizer is tiktoken BPE (remote code that imports tiktoken).
-KIMI_REQUIREMENTS = ["tiktoken>=0.7"]
 
 TREE = vendored_dir(ROOT)
 if not (TREE / STAMP).is_file():

@@ -100,8 +100,9 @@ def vllm_template_messages(messages: list[dict]) -> list[dict]:
 class LocalChatRenderer:
     """Renders chat messages to token ids with the verifier's tokenizer.
 
-    Pickles as its model path only, so ``datasets.map`` workers do not receive
-    the tokenizer; each process loads it once (forked workers inherit it).
+    The tokenizer is kept in a per-process cache, not on the instance, so the
+    renderer pickles as its model path and ``datasets.map`` workers do not
+    receive the tokenizer; each process loads it once (forked workers inherit it).
 
     :param model: Local path or Hub id of the verifier.
     :param trust_remote_code: Whether the tokenizer's own code may be executed.
@@ -178,15 +179,3 @@ class LocalChatRenderer:
             else:
                 ids = ids[len(ids) - truncate_prompt_tokens :]
         return ids
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "trust_remote_code": self.trust_remote_code,
-            "chat_template": self.chat_template,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.model = state["model"]
-        self.trust_remote_code = state["trust_remote_code"]
-        self.chat_template = state["chat_template"]
