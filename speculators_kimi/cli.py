@@ -25,6 +25,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "speculators_kimi.datagen.cli",
         "compute hidden states for the offline trainer with transformers",
     ),
+    "evaluate": (
+        "speculators_kimi.evaluate.cli",
+        "acceptance length of a trained EAGLE-3 draft (speculative decoding with "
+        "transformers, CPU or one GPU)",
+    ),
     "demo": (
         "speculators_kimi.demo",
         "train an EAGLE-3 draft on a tiny Kimi-K2.5-shaped verifier (CPU ok)",

@@ -16,7 +16,7 @@ import torch
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["capture_hidden_states", "decoder_parts"]
+__all__ = ["AuxCapture", "capture_hidden_states", "decoder_parts"]
 
 _LAYER_NAMES = ("layers", "h", "blocks", "layer")
 _NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "norm_f", "final_layernorm")
@@ -72,6 +72,45 @@ def _hooked_modules(
     return [*hooked, (_FINAL, norm)]
 
 
+class AuxCapture:
+    """Forward pre-hooks that record each aux layer's input and the final one.
+
+    Used as a context manager around any number of forwards (with or without a
+    KV cache); :meth:`stacked` gives the states of the last forward.
+    """
+
+    def __init__(self, model: torch.nn.Module, layer_ids: Sequence[int]) -> None:
+        self.layer_ids = list(layer_ids)
+        self.captured: dict[int, torch.Tensor] = {}
+        layers, norm = decoder_parts(model)
+        self._modules = _hooked_modules(layers, norm, self.layer_ids)
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> AuxCapture:
+        self._handles = [
+            module.register_forward_pre_hook(
+                _recorder(self.captured, key), with_kwargs=True
+            )
+            for key, module in self._modules
+        ]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def stacked(self, device: torch.device | str | None = None) -> torch.Tensor:
+        """``[batch, seq, len(layer_ids) + 1, hidden]`` of the last forward.
+
+        :param device: where to gather them (layers of a dispatched model may sit
+            on different devices); default: the first aux layer's device.
+        """
+        states = [self.captured[i] for i in [*self.layer_ids, _FINAL]]
+        target = states[0].device if device is None else device
+        return torch.stack([hs.to(target) for hs in states], dim=2)
+
+
 @torch.no_grad()
 def capture_hidden_states(
     model: PreTrainedModel,
@@ -86,26 +125,16 @@ def capture_hidden_states(
     :param return_logits: also return the logits (a ``*ForCausalLM`` only).
     :returns: ``(hidden_states, logits or None)``.
     """
-    layers, norm = decoder_parts(model)
-    captured: dict[int, torch.Tensor] = {}
     kwargs: dict[str, Any] = {}
     if "logits_to_keep" in inspect.signature(model.forward).parameters:
         kwargs["logits_to_keep"] = 0 if return_logits else 1
     elif return_logits:
         raise TypeError(f"{type(model).__name__} has no output head for logits")
-    handles = [
-        module.register_forward_pre_hook(_recorder(captured, key), with_kwargs=True)
-        for key, module in _hooked_modules(layers, norm, layer_ids)
-    ]
-    try:
+    with AuxCapture(model, layer_ids) as capture:
         out = model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             use_cache=False,
             **kwargs,
         )
-    finally:
-        for handle in handles:
-            handle.remove()
-    hs = torch.stack([captured[i] for i in [*layer_ids, _FINAL]], dim=2)
-    return hs, (out.logits if return_logits else None)
+    return capture.stacked(), (out.logits if return_logits else None)

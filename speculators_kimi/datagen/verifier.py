@@ -13,11 +13,15 @@ out of the model.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +30,80 @@ import torch
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
-__all__ = ["decoder_class", "decoder_prefix", "load_text_verifier"]
+__all__ = [
+    "Placement",
+    "decoder_class",
+    "decoder_prefix",
+    "input_device",
+    "load_text_verifier",
+    "parse_max_memory",
+]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a verifier bigger than one device goes: ``accelerate``'s big-model
+    dispatch, as ``from_pretrained(device_map=..., max_memory=...)`` does it.
+
+    :param device_map: ``"auto"`` (fill GPUs, then CPU, then disk), ``"balanced"``,
+        ``"sequential"``, or an explicit module -> device map.
+    :param max_memory: the most each device may hold, e.g.
+        ``{0: "70GiB", "cpu": "200GiB"}``; what does not fit goes to disk.
+    :param offload_folder: where disk-offloaded weights go (default: a temporary
+        directory, removed at exit).
+    """
+
+    device_map: str | dict[str, Any] = "auto"
+    max_memory: dict[int | str, int | str] | None = None
+    offload_folder: str | None = None
+
+    def from_pretrained_kwargs(self) -> dict[str, Any]:
+        """The ``from_pretrained`` keyword arguments of this placement."""
+        folder = self.offload_folder
+        if folder is None:
+            folder = tempfile.mkdtemp(prefix="speculators-kimi-offload-")
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        kwargs: dict[str, Any] = {"device_map": self.device_map}
+        if self.max_memory is not None:
+            kwargs["max_memory"] = dict(self.max_memory)
+        return kwargs | {"offload_folder": folder}
+
+
+def parse_max_memory(text: str) -> dict[int | str, str]:
+    """``"0=70GiB,1=70GiB,cpu=200GiB"`` as ``accelerate``'s ``max_memory`` dict.
+
+    :raises ValueError: an entry is not ``DEVICE=SIZE``.
+    """
+    out: dict[int | str, str] = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        device, sep, size = entry.partition("=")
+        if not sep or not device or not size:
+            raise ValueError(
+                f"--max-memory entry {entry!r}: expected DEVICE=SIZE, e.g. "
+                "'0=70GiB,cpu=200GiB' (a GPU index, cpu or mps)"
+            )
+        device = device.strip()
+        out[int(device) if device.isdigit() else device] = size.strip()
+    return out
+
+
+def input_device(model: torch.nn.Module) -> torch.device:
+    """Where a (possibly dispatched) decoder takes its ``input_ids``: the device
+    of its input embedding (an offloaded one runs on CPU)."""
+    embed = model.get_input_embeddings()  # type: ignore[operator]
+    device_map = getattr(model, "hf_device_map", None)
+    if device_map:
+        name = next(
+            (n for n, m in model.named_modules() if m is embed), None
+        )
+        placed = device_map.get(name) if name is not None else None
+        if placed is None and "" in device_map:
+            placed = device_map[""]
+        if isinstance(placed, int):
+            return torch.device("cuda", placed)
+        if placed is not None:
+            return torch.device("cpu" if placed == "disk" else placed)
+    return embed.weight.device
 
 
 def decoder_prefix(
@@ -142,10 +219,13 @@ def load_text_verifier(
     device: str | torch.device = "cpu",
     trust_remote_code: bool = False,
     weight_overrides: Mapping[str, str | None] | None = None,
+    placement: Placement | None = None,
 ) -> tuple[PreTrainedModel, PretrainedConfig, str]:
     """The verifier's text decoder with its weights, in eval mode.
 
     :param weight_overrides: see :func:`decoder_prefix`.
+    :param placement: spread the decoder over devices, CPU and disk with
+        ``accelerate`` (``device`` is then ignored); see :class:`Placement`.
     :returns: ``(decoder, text_config, decoder_prefix)``.
     :raises FileNotFoundError: ``verifier`` is not a local directory.
     :raises VerifierWeightsError: the decoder cannot be located, or some of its
@@ -174,8 +254,12 @@ def load_text_verifier(
         text_config,
         prefix,
         dtype=dtype,
-        device_map=None if str(device) == "cpu" else {"": str(device)},
         trust_remote_code=trust_remote_code,
+        **(
+            placement.from_pretrained_kwargs()
+            if placement is not None
+            else {"device_map": None if str(device) == "cpu" else {"": str(device)}}
+        ),
     )
     missing = list(info.get("missing_keys") or []) + [
         str(k) for k in info.get("mismatched_keys") or []

@@ -1,0 +1,37 @@
+"""Acceptance length of an EAGLE-3 draft with ``transformers`` (CPU or one GPU).
+
+``speculators-kimi evaluate --draft CKPT --verifier V --data D`` runs speculative
+decoding as vLLM does it and reports what users judge a draft by: tokens per
+verifier forward, per-position acceptance, and (greedy) whether the output equals
+the verifier's own.
+
+The modules, one job each:
+
+* :mod:`.verifier`: the verifier's decoder and head, aux states per forward.
+* :mod:`.draft`: the draft run step by step over its KV cache.
+* :mod:`.decode`: one prompt's speculative (and plain greedy) decoding.
+* :mod:`.prompts`: prompts from a prepared dataset or a conversations JSONL.
+* :mod:`.report`: decoding over all prompts, the numbers.
+* :mod:`.session`: a draft and its verifier loaded and checked together.
+* :mod:`.cli`: the ``evaluate`` command.
+"""
+
+from __future__ import annotations
+
+from .draft import DraftRunner, untrained_copy
+from .prompts import Prompt, dataset_prompts, jsonl_prompts
+from .report import EvaluationReport, evaluate_draft
+from .session import EvaluationSession, load_draft, load_session
+
+__all__ = [
+    "DraftRunner",
+    "EvaluationReport",
+    "EvaluationSession",
+    "Prompt",
+    "dataset_prompts",
+    "evaluate_draft",
+    "jsonl_prompts",
+    "load_draft",
+    "load_session",
+    "untrained_copy",
+]

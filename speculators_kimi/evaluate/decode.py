@@ -1,0 +1,186 @@
+"""EAGLE-3 speculative decoding of one prompt, and plain decoding to compare with.
+
+Each round: the draft proposes ``K`` tokens, chained on its own states; one
+verifier forward over ``[last, t1..tK]`` (after its KV cache) checks them. Greedy
+accepts while a draft token equals the verifier's argmax; ``temperature > 0`` uses
+standard rejection sampling (accept ``t`` with ``min(1, p(t)/q(t))``, else sample
+``max(p - q, 0)``; all accepted: sample the bonus from ``p``), so the output
+follows the verifier's own distribution. A round emits the accepted tokens plus
+one from the verifier: its acceptance length. Both caches are cropped to the
+committed tokens after each round; nothing before them is recomputed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from .draft import DraftRunner
+from .verifier import CausalVerifier
+
+__all__ = ["PromptResult", "greedy_generate", "speculative_generate"]
+
+
+@dataclass
+class PromptResult:
+    """What decoding one prompt produced."""
+
+    tokens: list[int]  # generated (prompt excluded), cut at EOS / max_new_tokens
+    accepted: list[int] = field(default_factory=list)  # draft tokens accepted per round
+    verifier_forwards: int = 0  # prefill included
+
+    @property
+    def rounds(self) -> int:
+        return len(self.accepted)
+
+
+def _pick(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
+    if temperature <= 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return int(torch.multinomial(probs.cpu(), 1, generator=gen))
+
+
+def _finished(tokens: list[int], eos: set[int], limit: int) -> tuple[list[int], bool]:
+    """``tokens`` cut after the first EOS or at ``limit``; whether generation ends."""
+    for i, tok in enumerate(tokens[:limit]):
+        if tok in eos:
+            return tokens[: i + 1], True
+    return tokens[:limit], len(tokens) >= limit
+
+
+def _propose(
+    drafter: DraftRunner,
+    tokens: torch.Tensor,
+    states: torch.Tensor,
+    first_position: int,
+    k: int,
+    temperature: float,
+    gen: torch.Generator,
+) -> tuple[list[int], list[torch.Tensor | None]]:
+    """``k`` chained draft tokens (target ids) and, when sampling, their target-
+    vocabulary distributions ``q``."""
+    out_states, logits = drafter.step(tokens, states, first_position)
+    state, last = out_states[-1:], logits[-1]
+    proposed: list[int] = []
+    dists: list[torch.Tensor | None] = []
+    position = first_position + tokens.shape[0]
+    for i in range(k):
+        if temperature <= 0:
+            draft_id = int(torch.argmax(last))
+            dists.append(None)
+        else:
+            q = torch.softmax(last / temperature, dim=-1)
+            draft_id = int(torch.multinomial(q.cpu(), 1, generator=gen))
+            dists.append(drafter.target_probs(q))
+        token = int(drafter.draft_to_target[draft_id])
+        proposed.append(token)
+        if i + 1 < k:
+            ids = torch.tensor([token], device=drafter.device)
+            state_seq, logit_seq = drafter.step(ids, state, position)
+            state, last = state_seq, logit_seq[-1]
+            position += 1
+    return proposed, dists
+
+
+def _verify(
+    proposed: Sequence[int],
+    dists: Sequence[torch.Tensor | None],
+    logits: torch.Tensor,
+    temperature: float,
+    gen: torch.Generator,
+) -> tuple[int, int]:
+    """``(accepted draft tokens, the verifier's next token)`` from the verifier's
+    logits ``[k + 1, vocab]`` over ``[last, t1..tk]``."""
+    if temperature <= 0:
+        target = torch.argmax(logits, dim=-1).tolist()
+        m = 0
+        while m < len(proposed) and proposed[m] == target[m]:
+            m += 1
+        return m, int(target[m])
+    for i, (token, q) in enumerate(zip(proposed, dists, strict=True)):
+        assert q is not None
+        p = torch.softmax(logits[i] / temperature, dim=-1)
+        ratio = float(p[token]) / max(float(q[token]), 1e-30)
+        if float(torch.rand((), generator=gen)) < min(1.0, ratio):
+            continue
+        residual = torch.clamp(p - q.to(p.device), min=0)
+        total = float(residual.sum())
+        if total <= 0:  # p == q numerically: any sample of p is exact
+            residual = p
+        next_token = int(torch.multinomial(residual.cpu(), 1, generator=gen))
+        return i, next_token
+    return len(proposed), _pick(logits[len(proposed)], temperature, gen)
+
+
+@torch.no_grad()
+def speculative_generate(
+    verifier: CausalVerifier,
+    drafter: DraftRunner,
+    prompt: Sequence[int],
+    *,
+    num_speculative_tokens: int,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> PromptResult:
+    """Decode ``prompt`` with the draft proposing and the verifier checking."""
+    gen = generator or torch.Generator().manual_seed(0)
+    v_cache = DynamicCache()
+    drafter.reset()
+    start = verifier.forwards
+    logits, aux = verifier.forward(prompt, v_cache)
+    context = list(prompt)
+    context.append(_pick(logits[-1], temperature, gen))
+    # New draft entries: pairs (context[j + 1], aux[j - committed]) for j >= committed.
+    committed = 0
+    result = PromptResult(tokens=[])
+    done = False
+    while not done:
+        length = len(context) - 1  # tokens the verifier has seen
+        tokens = torch.tensor(context[committed + 1 :], device=drafter.device)
+        proposed, dists = _propose(
+            drafter,
+            tokens,
+            drafter.project(aux),
+            committed + 1,
+            num_speculative_tokens,
+            temperature,
+            gen,
+        )
+        logits, aux_new = verifier.forward([context[-1], *proposed], v_cache)
+        m, next_token = _verify(proposed, dists, logits, temperature, gen)
+        result.accepted.append(m)
+        emitted = [*proposed[:m], next_token]
+        extra = v_cache.get_seq_length() - (length + m + 1)
+        if extra > 0:  # the rejected draft tokens
+            v_cache.crop(-extra)
+        drafter.crop(length)
+        committed, aux = length, aux_new[: m + 1]
+        context += emitted
+        result.tokens, done = _finished(
+            context[len(prompt) :], verifier.eos_ids, max_new_tokens
+        )
+    result.verifier_forwards = verifier.forwards - start
+    return result
+
+
+@torch.no_grad()
+def greedy_generate(
+    verifier: CausalVerifier, prompt: Sequence[int], *, max_new_tokens: int
+) -> PromptResult:
+    """The verifier's own greedy decoding (one token per forward, KV cache)."""
+    cache = DynamicCache()
+    start = verifier.forwards
+    logits, _ = verifier.forward(prompt, cache)
+    tokens: list[int] = []
+    while True:
+        tokens.append(int(torch.argmax(logits[-1])))
+        tokens, done = _finished(tokens, verifier.eos_ids, max_new_tokens)
+        if done:
+            break
+        logits, _ = verifier.forward(tokens[-1:], cache)
+    return PromptResult(tokens=tokens, verifier_forwards=verifier.forwards - start)

@@ -1,0 +1,112 @@
+"""Evaluation prompts: held-out rows of a prepared dataset, or a conversations JSONL.
+
+A prompt is what the verifier sees before an assistant reply, rendered with its
+chat template ending in the generation prompt. In a ``speculators prepare-data``
+directory that is each row's tokens before its first trained token (its
+``loss_mask``), so the prompt is rendered exactly as the training data was; the
+held-out rows are those the trainer validates on (``--train-data-ratio``, the
+same split expression). A JSONL of conversations is rendered with the render of
+``prepare-data --render-endpoint local`` (vLLM's chat-parser conventions).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Prompt", "dataset_prompts", "jsonl_prompts"]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Token ids of one prompt and where it came from (for reports)."""
+
+    token_ids: list[int]
+    source: str
+
+
+def dataset_prompts(
+    data_path: str | Path, *, train_data_ratio: float = 0.9, split: str = "val"
+) -> list[Prompt]:
+    """Prompts of the rows ``speculators train`` holds out (``split="val"``), or of
+    every row (``"all"``).
+
+    :raises ValueError: the split is empty, or a row has no trained token.
+    """
+    from datasets import load_from_disk
+
+    dataset = load_from_disk(str(data_path)).with_format(None)
+    n = len(dataset)
+    start = int(n * train_data_ratio) if split == "val" else 0
+    if start >= n:
+        raise ValueError(
+            f"{data_path}: train_data_ratio={train_data_ratio} holds out none of "
+            f"its {n} rows; lower --train-data-ratio or use --split all"
+        )
+    prompts = []
+    for i in range(start, n):
+        row = dataset[i]
+        mask = list(row["loss_mask"])
+        first = next((j for j, v in enumerate(mask) if v), None)
+        if not first:  # no trained token, or no prompt before it
+            continue
+        prompts.append(Prompt(list(row["input_ids"][:first]), f"{data_path}[{i}]"))
+    if not prompts:
+        raise ValueError(f"{data_path}: no row of split {split!r} has a prompt")
+    return prompts
+
+
+def _messages(record: Any, where: str) -> list[dict[str, Any]]:
+    messages = None
+    if isinstance(record, dict):
+        messages = record.get("messages", record.get("conversations"))
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(
+            f"{where}: expected an object with a 'messages' (or 'conversations') "
+            "list of {'role', 'content'} turns"
+        )
+    last_reply = max(
+        (i for i, m in enumerate(messages) if m.get("role") == "assistant"),
+        default=None,
+    )
+    before = messages[:last_reply] if last_reply is not None else messages
+    if not before:
+        raise ValueError(f"{where}: no turn before the assistant reply")
+    return before
+
+
+def jsonl_prompts(
+    path: str | Path,
+    verifier: str | Path,
+    *,
+    trust_remote_code: bool = False,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> list[Prompt]:
+    """One prompt per conversation: its turns before the last assistant reply (all
+    of them if it ends with a user turn), with the generation prompt.
+
+    :raises ValueError: a line is not a conversation (file and line named).
+    """
+    from speculators.data_generation.local_render import LocalChatRenderer
+
+    renderer = LocalChatRenderer(str(verifier), trust_remote_code=trust_remote_code)
+    prompts = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: not JSON ({err})") from err
+        ids = renderer.render(
+            _messages(record, where),
+            add_generation_prompt=True,
+            chat_template_kwargs=chat_template_kwargs,
+        )
+        prompts.append(Prompt(ids, where))
+    if not prompts:
+        raise ValueError(f"{path}: no conversations")
+    return prompts

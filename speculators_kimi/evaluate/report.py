@@ -1,0 +1,121 @@
+"""Acceptance length of a draft over a set of prompts: the numbers users judge a
+draft by before serving it.
+
+``mean_acceptance_length`` is tokens emitted per verification forward (accepted
+draft tokens plus the verifier's own), as vLLM reports it; position ``k``'s
+acceptance rate is the fraction of rounds whose ``k``-th draft token was
+accepted. Greedy decoding is checked against the verifier's own greedy decoding
+of every prompt (``lossless``), which also times plain decoding.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .decode import greedy_generate, speculative_generate
+from .draft import DraftRunner
+
+if TYPE_CHECKING:
+    from .prompts import Prompt
+    from .verifier import CausalVerifier
+
+__all__ = ["EvaluationReport", "evaluate_draft"]
+
+
+@dataclass
+class EvaluationReport:
+    """The result of :func:`evaluate_draft` (``--json`` writes it as is)."""
+
+    mean_acceptance_length: float
+    acceptance_rate_per_position: list[float]
+    num_prompts: int
+    num_generated_tokens: int
+    lossless: bool | None  # greedy only: equal to the verifier's greedy output
+    mismatched_prompts: list[str]
+    verifier_forwards: int
+    num_speculative_tokens: int
+    temperature: float
+    max_new_tokens: int
+    wall_time_s: float
+    greedy_wall_time_s: float | None  # plain decoding of the same prompts
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def evaluate_draft(
+    verifier: CausalVerifier,
+    draft: Any,
+    prompts: Sequence[Prompt],
+    *,
+    num_speculative_tokens: int = 3,
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
+    seed: int = 0,
+    progress: bool = True,
+) -> EvaluationReport:
+    """Speculative decoding of every prompt with ``draft`` (an EAGLE-3
+    ``SpeculatorModel``), checked (greedy) against the verifier's own decoding.
+
+    :raises ValueError: ``num_speculative_tokens`` < 1 or ``max_new_tokens`` < 1.
+    """
+    from tqdm.auto import tqdm
+
+    if num_speculative_tokens < 1 or max_new_tokens < 1:
+        raise ValueError("num_speculative_tokens and max_new_tokens must be >= 1")
+    k = num_speculative_tokens
+    drafter = DraftRunner(draft, verifier.device)
+    gen = torch.Generator().manual_seed(seed)
+    accepted: list[int] = []
+    generated = forwards = 0
+    mismatched: list[str] = []
+    spec_s = greedy_s = 0.0
+    bar = tqdm(prompts, desc="evaluate", unit="prompt", disable=not progress, file=sys.stderr)
+    for prompt in bar:
+        t0 = time.perf_counter()
+        out = speculative_generate(
+            verifier,
+            drafter,
+            prompt.token_ids,
+            num_speculative_tokens=k,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            generator=gen,
+        )
+        spec_s += time.perf_counter() - t0
+        accepted += out.accepted
+        generated += len(out.tokens)
+        forwards += out.verifier_forwards
+        if temperature <= 0:
+            t0 = time.perf_counter()
+            want = greedy_generate(
+                verifier, prompt.token_ids, max_new_tokens=max_new_tokens
+            )
+            greedy_s += time.perf_counter() - t0
+            if want.tokens != out.tokens:
+                mismatched.append(prompt.source)
+        rounds = max(len(accepted), 1)
+        bar.set_postfix(al=f"{(sum(accepted) + len(accepted)) / rounds:.2f}")
+    rounds = max(len(accepted), 1)
+    return EvaluationReport(
+        mean_acceptance_length=(sum(accepted) + len(accepted)) / rounds,
+        acceptance_rate_per_position=[
+            sum(1 for m in accepted if m > i) / rounds for i in range(k)
+        ],
+        num_prompts=len(prompts),
+        num_generated_tokens=generated,
+        lossless=None if temperature > 0 else not mismatched,
+        mismatched_prompts=mismatched,
+        verifier_forwards=forwards,
+        num_speculative_tokens=k,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        wall_time_s=round(spec_s, 3),
+        greedy_wall_time_s=round(greedy_s, 3) if temperature <= 0 else None,
+    )

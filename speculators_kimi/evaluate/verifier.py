@@ -1,0 +1,128 @@
+"""The verifier as speculative decoding sees it: logits and aux hidden states per
+forward, over a KV cache.
+
+The text decoder is the one hidden-state generation loads (same prefix, same
+``transformers`` class, see :mod:`speculators_kimi.datagen.verifier`), the aux
+states are captured by the same hooks (vLLM's layout), and the output head is the
+tensor ``speculators train`` resolves (``resolve_verifier_weights``), read whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..datagen.capture import AuxCapture
+from ..datagen.verifier import Placement, input_device, load_text_verifier
+
+if TYPE_CHECKING:
+    from transformers import Cache, PretrainedConfig, PreTrainedModel
+
+__all__ = ["CausalVerifier", "eos_token_ids", "load_causal_verifier"]
+
+
+def eos_token_ids(verifier: str | Path, text_config: PretrainedConfig) -> set[int]:
+    """The ids that end a generation: ``generation_config.json``'s, else the
+    text config's ``eos_token_id`` (an int or a list)."""
+    found: Any = None
+    gen = Path(verifier) / "generation_config.json"
+    if gen.is_file():
+        found = json.loads(gen.read_text()).get("eos_token_id")
+    if found is None:
+        found = getattr(text_config, "eos_token_id", None)
+    if found is None:
+        return set()
+    return {int(i) for i in (found if isinstance(found, list) else [found])}
+
+
+@dataclass
+class CausalVerifier:
+    """A text decoder plus its output head, with the aux layers hooked.
+
+    :param decoder: the base model (no head), possibly dispatched by accelerate.
+    :param head: ``[vocab, hidden]`` output head weight.
+    :param layer_ids: the aux layer ids the draft was trained on.
+    """
+
+    decoder: PreTrainedModel
+    head: torch.Tensor
+    layer_ids: list[int]
+    text_config: PretrainedConfig
+    eos_ids: set[int] = field(default_factory=set)
+    forwards: int = 0
+
+    def __post_init__(self) -> None:
+        self._capture = AuxCapture(self.decoder, self.layer_ids)
+        self.device = input_device(self.decoder)
+        self._softcap = getattr(self.text_config, "final_logit_softcapping", None)
+
+    @torch.no_grad()
+    def forward(
+        self, token_ids: Sequence[int], cache: Cache
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run ``token_ids`` after what ``cache`` holds (the cache grows).
+
+        :returns: float32 ``logits`` ``[n, vocab]`` and the aux hidden states
+            ``[n, len(layer_ids) * hidden]`` (the draft's ``fc`` input), both on
+            the input device.
+        """
+        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)
+        with self._capture:
+            out = self.decoder(input_ids=ids, past_key_values=cache, use_cache=True)
+        self.forwards += 1
+        last = out.last_hidden_state[0]  # after the final norm
+        head = self.head.to(last.device)
+        logits = torch.nn.functional.linear(last, head).float()
+        if self._softcap:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
+        aux = self._capture.stacked(self.device)[0, :, :-1]
+        return logits.to(self.device), aux.flatten(1)
+
+
+def load_causal_verifier(
+    verifier: str | Path,
+    layer_ids: Sequence[int],
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    placement: Placement | None = None,
+    trust_remote_code: bool = False,
+    weight_overrides: Mapping[str, str | None] | None = None,
+) -> CausalVerifier:
+    """The verifier's decoder (as datagen loads it) and its full output head.
+
+    :raises VerifierWeightsError: the decoder or the head cannot be located.
+    """
+    from speculators.utils.verifier_weights import (
+        load_verifier_tensors,
+        resolve_verifier_weights,
+    )
+
+    decoder, text_config, _ = load_text_verifier(
+        verifier,
+        dtype=dtype,
+        device=device,
+        trust_remote_code=trust_remote_code,
+        weight_overrides=weight_overrides,
+        placement=placement,
+    )
+    spec = resolve_verifier_weights(
+        str(verifier),
+        text_config=text_config,
+        trust_remote_code=trust_remote_code,
+        **{k: v for k, v in (weight_overrides or {}).items() if v is not None},
+    )
+    tensors = load_verifier_tensors(spec, load_embed=False, load_norm=False)
+    head_device = input_device(decoder) if placement is None else torch.device("cpu")
+    return CausalVerifier(
+        decoder=decoder,
+        head=tensors.head.to(device=head_device, dtype=dtype),
+        layer_ids=list(layer_ids),
+        text_config=text_config,
+        eos_ids=eos_token_ids(verifier, text_config),
+    )
