@@ -506,9 +506,9 @@ def _acceptance_lines(al: dict[str, Any]) -> list[str]:
         rates = ", ".join(f"{x:.2f}" for x in r["acceptance_rate_per_position"])
         lossless = "" if r["lossless"] is None else f"; lossless {r['lossless']}"
         lines.append(
-            f"  AL (K={r['num_speculative_tokens']})   {r['mean_acceptance_length']:.3f} "
-            f"{label} (per position {rates}; {r['num_prompts']} held-out "
-            f"prompts{lossless})"
+            f"  AL (K={r['num_speculative_tokens']})   "
+            f"{r['mean_acceptance_length']:.3f} {label} (per position {rates}; "
+            f"{r['num_prompts']} held-out prompts{lossless})"
         )
     return lines
 

@@ -39,7 +39,11 @@ def regenerate_replies(
     tokenizer = renderer.tokenizer
     out = []
     for conv in tqdm(
-        conversations, desc="replies", unit="conv", disable=not progress, file=sys.stderr
+        conversations,
+        desc="replies",
+        unit="conv",
+        disable=not progress,
+        file=sys.stderr,
     ):
         turns: list[dict[str, Any]] = []
         for turn in conv:

@@ -93,9 +93,7 @@ def input_device(model: torch.nn.Module) -> torch.device:
     embed = model.get_input_embeddings()  # type: ignore[operator]
     device_map = getattr(model, "hf_device_map", None)
     if device_map:
-        name = next(
-            (n for n, m in model.named_modules() if m is embed), None
-        )
+        name = next((n for n, m in model.named_modules() if m is embed), None)
         placed = device_map.get(name) if name is not None else None
         if placed is None and "" in device_map:
             placed = device_map[""]

@@ -176,7 +176,9 @@ def run(args: argparse.Namespace) -> int:
             args.data, train_data_ratio=args.train_data_ratio, split=args.split
         )
     else:
-        kwargs = json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else None
+        kwargs = (
+            json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else None
+        )
         prompts = jsonl_prompts(
             args.prompts,
             args.verifier,

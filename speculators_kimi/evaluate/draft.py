@@ -36,7 +36,7 @@ class DraftRunner:
         self.model = model.to(device).eval()
         self.device = torch.device(device)
         tl_config = model.config.transformer_layer_config
-        tl_config._attn_implementation = DECODE_ATTENTION  # noqa: SLF001
+        tl_config._attn_implementation = DECODE_ATTENTION
         self.cache = DynamicCache()
         self.dtype = next(model.fc.parameters()).dtype
         vocab = torch.arange(model.draft_vocab_size, device=self.device)
@@ -130,7 +130,8 @@ def untrained_copy(model: Eagle3DraftModel, seed: int = 0) -> Eagle3DraftModel:
     kept = {
         name: tensor
         for name, tensor in model.state_dict().items()
-        if name.startswith(("embed_tokens.", "lm_head.", "verifier_")) or name in ("d2t", "t2d")
+        if name.startswith(("embed_tokens.", "lm_head.", "verifier_"))
+        or name in ("d2t", "t2d")
     }
     fresh.load_state_dict(kept, strict=False)
     fresh.embed_tokens.weight.requires_grad_(model.embed_tokens.weight.requires_grad)

@@ -76,7 +76,9 @@ def evaluate_draft(
     generated = forwards = 0
     mismatched: list[str] = []
     spec_s = greedy_s = 0.0
-    bar = tqdm(prompts, desc="evaluate", unit="prompt", disable=not progress, file=sys.stderr)
+    bar = tqdm(
+        prompts, desc="evaluate", unit="prompt", disable=not progress, file=sys.stderr
+    )
     for prompt in bar:
         t0 = time.perf_counter()
         out = speculative_generate(

@@ -58,7 +58,9 @@ def _check_pair(draft: Any, verifier: CausalVerifier, checkpoint: Path) -> None:
             f"vocabulary {draft.verifier_vocab_size} != verifier's {config.vocab_size}"
         )
     if problems:
-        raise ValueError(f"draft {checkpoint} does not fit the verifier: " + "; ".join(problems))
+        raise ValueError(
+            f"draft {checkpoint} does not fit the verifier: " + "; ".join(problems)
+        )
 
 
 @dataclass
@@ -74,7 +76,9 @@ class EvaluationSession:
 
     def with_draft(self, draft: Any) -> EvaluationSession:
         """Another draft on the same loaded verifier (e.g. the untrained one)."""
-        return EvaluationSession(draft.to(next(self.draft.parameters()).dtype), self.verifier)
+        return EvaluationSession(
+            draft.to(next(self.draft.parameters()).dtype), self.verifier
+        )
 
 
 def load_session(
