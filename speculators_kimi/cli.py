@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "acceptance length of a trained EAGLE-3 draft (speculative decoding with "
         "transformers, CPU or one GPU)",
     ),
+    "export": (
+        "speculators_kimi.export",
+        "write a trained EAGLE-3 checkpoint as a directory vLLM serves as is",
+    ),
     "demo": (
         "speculators_kimi.demo",
         "train an EAGLE-3 draft on a tiny Kimi-K2.5-shaped verifier (CPU ok)",

@@ -1,0 +1,257 @@
+"""``speculators-kimi export``: a trained EAGLE-3 checkpoint as vLLM serves it.
+
+``speculators train`` writes a checkpoint that records the verifier by the path
+it was trained from and carries the frozen verifier embedding. vLLM 0.33 reads
+the speculators format itself, but ``vllm serve DIR`` needs the verifier as a
+Hub id (it refuses local paths), reads ``head_dim`` as hidden/heads when it is
+absent, and shares the target's embedding when the draft has none. The export
+writes a new directory; the checkpoint stays as upstream wrote it:
+
+* ``speculators_config.verifier.name_or_path``: a Hub id (``--verifier-id``, else
+  the recorded one if it is an id, else the verifier's own ``_name_or_path`` or
+  the Hugging Face cache it sits in);
+* ``transformer_layer_config.head_dim``, ``draft_vocab_size``,
+  ``target_hidden_size`` and ``eagle_aux_hidden_state_layer_ids`` written out;
+* ``embed_tokens.weight`` dropped when it equals the verifier's (always so when
+  training froze it), ``t2d`` dropped (vLLM does not read it), ``d2t`` kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ExportResult", "export_draft", "hub_id_of", "launch_commands"]
+
+_CACHE_REPO = re.compile(r"models--([^/]+?)--([^/]+)/snapshots/")
+_DROPPED = ("t2d",)
+
+
+class ExportError(ValueError):
+    """The checkpoint cannot be exported as asked (the message says how to fix)."""
+
+
+@dataclass
+class ExportResult:
+    """What :func:`export_draft` wrote."""
+
+    out: Path
+    verifier_id: str
+    num_speculative_tokens: int
+    tensors: list[str]
+    dropped: dict[str, str] = field(default_factory=dict)  # name -> why
+
+
+def _is_hub_id(name: str | None) -> bool:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if not name or Path(name).expanduser().exists() or name.startswith((".", "/")):
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return "/" in name
+
+
+def hub_id_of(verifier: str | None) -> str | None:
+    """The Hub id a verifier came from: itself if it is one, a Hugging Face cache
+    snapshot's repo, or the ``_name_or_path`` its config records."""
+    if verifier is None:
+        return None
+    if _is_hub_id(verifier):
+        return verifier
+    path = Path(verifier).expanduser()
+    cached = _CACHE_REPO.search(str(path.resolve()) + "/")
+    if cached:
+        return f"{cached.group(1)}/{cached.group(2)}"
+    config = path / "config.json"
+    if config.is_file():
+        recorded = json.loads(config.read_text()).get("_name_or_path")
+        if _is_hub_id(recorded):
+            return str(recorded)
+    return None
+
+
+def _verifier_embedding(verifier: str, keys: dict[str, Any]) -> Any:
+    from speculators.utils.verifier_weights import (
+        load_verifier_tensors,
+        resolve_verifier_weights,
+    )
+
+    spec = resolve_verifier_weights(
+        verifier,
+        prefix=keys.get("prefix"),
+        embed_key=keys.get("embed_key"),
+        head_key=keys.get("head_key"),
+        norm_key=keys.get("norm_key"),
+    )
+    return load_verifier_tensors(spec, load_norm=False).embed
+
+
+def _embedding_is_verifiers(
+    config: dict[str, Any], embed: Any, verifier_path: str | None
+) -> tuple[bool, str]:
+    """Whether the draft's embedding is the verifier's, and how that is known."""
+    import torch
+
+    keys = config["speculators_config"]["verifier"].get("weights") or {}
+    if verifier_path and Path(verifier_path).is_dir():
+        theirs = _verifier_embedding(verifier_path, keys)
+        same = theirs is not None and torch.equal(theirs.to(embed.dtype), embed)
+        how = f"compared with {verifier_path}"
+        return same, how + ("" if same else ": it differs")
+    if not config.get("embed_requires_grad", False):
+        return True, "frozen in training (embed_requires_grad false)"
+    return False, "trained (embed_requires_grad true) and the verifier is not here"
+
+
+def _serving_config(config: dict[str, Any], verifier_id: str, hidden: int) -> dict:
+    layer = dict(config["transformer_layer_config"])
+    if layer.get("head_dim") is None:
+        layer["head_dim"] = layer["hidden_size"] // layer["num_attention_heads"]
+    out = dict(config)
+    out["transformer_layer_config"] = layer
+    out["draft_vocab_size"] = int(config.get("draft_vocab_size") or layer["vocab_size"])
+    out["target_hidden_size"] = int(config.get("target_hidden_size") or hidden)
+    if not config.get("eagle_aux_hidden_state_layer_ids"):
+        raise ExportError(
+            "config.json has no eagle_aux_hidden_state_layer_ids; reload the "
+            "checkpoint with SpeculatorModel.from_pretrained and save it again"
+        )
+    spec = dict(config["speculators_config"])
+    spec["verifier"] = dict(spec["verifier"], name_or_path=verifier_id)
+    out["speculators_config"] = spec
+    return out
+
+
+def export_draft(
+    checkpoint: str | Path,
+    out: str | Path,
+    *,
+    verifier_id: str | None = None,
+    keep_embeddings: bool = False,
+    verifier: str | None = None,
+) -> ExportResult:
+    """Write ``out``: ``checkpoint`` in the form ``vllm serve out`` accepts.
+
+    :param verifier: a local copy of the verifier to compare the embedding with
+        (default: the path recorded in the checkpoint, when it exists).
+    :raises ExportError: no Hub id for the verifier, or ``out`` is the checkpoint.
+    """
+    from safetensors.torch import load_file, save_file
+
+    checkpoint, out = Path(checkpoint), Path(out)
+    config_file = checkpoint / "config.json"
+    if not config_file.is_file():
+        raise ExportError(f"{checkpoint}: no config.json; is it a checkpoint?")
+    if out.resolve() == checkpoint.resolve():
+        raise ExportError("--out must differ from the checkpoint (it stays as is)")
+    config = json.loads(config_file.read_text())
+    if config.get("speculators_model_type") != "eagle3":
+        raise ExportError(
+            f"{config_file}: speculators_model_type "
+            f"{config.get('speculators_model_type')!r}; export handles eagle3"
+        )
+    recorded = config["speculators_config"]["verifier"].get("name_or_path")
+    local = verifier or recorded
+    hub_id = verifier_id or hub_id_of(recorded) or hub_id_of(local)
+    if hub_id is None:
+        raise ExportError(
+            f"the draft's verifier is {recorded!r}, not a Hugging Face Hub id, and "
+            "no id was found for it (no Hub cache origin, no _name_or_path in its "
+            "config.json); vLLM needs one: pass --verifier-id ORG/NAME, the repo "
+            "the verifier was downloaded from"
+        )
+    if not _is_hub_id(hub_id):
+        raise ExportError(
+            f"--verifier-id {hub_id!r} is not a Hub id of the form ORG/NAME (or it "
+            "names an existing local path, which vLLM refuses)"
+        )
+    tensors = load_file(str(checkpoint / "model.safetensors"))
+    dropped: dict[str, str] = {}
+    for name in _DROPPED:
+        if tensors.pop(name, None) is not None:
+            dropped[name] = "not read by vLLM"
+    if "embed_tokens.weight" in tensors and not keep_embeddings:
+        same, how = _embedding_is_verifiers(config, tensors["embed_tokens.weight"], local)
+        if same:
+            del tensors["embed_tokens.weight"]
+            dropped["embed_tokens.weight"] = f"the verifier's ({how}); vLLM shares it"
+    text_hidden = int(config["transformer_layer_config"]["hidden_size"])
+    serving = _serving_config(config, hub_id, text_hidden)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(serving, indent=2) + "\n")
+    for extra in ("config.py", "generation_config.json"):
+        if (checkpoint / extra).is_file():
+            shutil.copy2(checkpoint / extra, out / extra)
+    k = int(serving["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
+    return ExportResult(out, hub_id, k, sorted(tensors), dropped)
+
+
+def launch_commands(result: ExportResult) -> list[str]:
+    """The two ways to serve the export with vLLM."""
+    spec = json.dumps(
+        {
+            "model": str(result.out.resolve()),
+            "method": "eagle3",
+            "num_speculative_tokens": result.num_speculative_tokens,
+        }
+    )
+    return [
+        f"vllm serve {shlex.quote(str(result.out.resolve()))}",
+        f"vllm serve {shlex.quote(result.verifier_id)} --speculative-config "
+        f"{shlex.quote(spec)}",
+    ]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``export`` options."""
+    parser.add_argument("checkpoint", help="a checkpoint of `speculators train`")
+    parser.add_argument("--out", required=True, help="directory to write")
+    parser.add_argument(
+        "--verifier-id",
+        default=None,
+        help="the verifier's Hugging Face Hub id (default: found from the checkpoint)",
+    )
+    parser.add_argument(
+        "--verifier",
+        default=None,
+        help="local verifier directory to compare the embedding with (default: "
+        "the recorded path, when it exists)",
+    )
+    parser.add_argument(
+        "--keep-embeddings",
+        action="store_true",
+        help="ship the draft's embedding even when it equals the verifier's",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``export`` from parsed arguments."""
+    try:
+        result = export_draft(
+            args.checkpoint,
+            args.out,
+            verifier_id=args.verifier_id,
+            keep_embeddings=args.keep_embeddings,
+            verifier=args.verifier,
+        )
+    except (ExportError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"exported {args.checkpoint} -> {result.out} (verifier {result.verifier_id})")
+    for name, why in result.dropped.items():
+        print(f"  dropped {name}: {why}")
+    print("serve it with either:")
+    for command in launch_commands(result):
+        print(f"  {command}")
+    return 0
