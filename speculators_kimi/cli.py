@@ -1,4 +1,5 @@
-"""`speculators-kimi`: our command line (version, doctor, hidden states, demo).
+"""`speculators-kimi`: our command line (version, doctor, hidden states, evaluate,
+export, demo).
 
 Each subcommand lives in its own module, which provides ``add_arguments(parser)``
 and ``run(args) -> int``; a module (and torch with it) is imported only when its
@@ -11,8 +12,12 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from . import PATCHES, UPSTREAM_NAME, UPSTREAM_VERSION, __version__
+
+if TYPE_CHECKING:
+    from .datagen.verifier import Placement
 
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -77,6 +82,44 @@ def verifier_weight_kwargs(args: argparse.Namespace) -> dict[str, str | None]:
         name: getattr(args, flag[2:].replace("-", "_"))
         for name, (flag, _) in VERIFIER_WEIGHT_FLAGS.items()
     }
+
+
+def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device-map`` / ``--max-memory`` / ``--offload-folder``: a verifier
+    bigger than one device, through accelerate's big-model dispatch."""
+    parser.add_argument(
+        "--device-map",
+        default=None,
+        help="spread the verifier over devices with accelerate: auto (GPUs, then "
+        "CPU, then disk), balanced or sequential; overrides --device",
+    )
+    parser.add_argument(
+        "--max-memory",
+        default=None,
+        help="with --device-map: the most each device may hold, e.g. "
+        "'0=70GiB,1=70GiB,cpu=200GiB'; the rest is offloaded to disk",
+    )
+    parser.add_argument(
+        "--offload-folder",
+        default=None,
+        help="with --device-map: where disk-offloaded weights go (default: a "
+        "temporary directory)",
+    )
+
+
+def placement_from_args(args: argparse.Namespace) -> Placement | None:
+    """The :class:`~speculators_kimi.datagen.verifier.Placement` asked for, or None."""
+    from .datagen.verifier import Placement, parse_max_memory
+
+    if args.device_map is None:
+        if args.max_memory or args.offload_folder:
+            raise ValueError("--max-memory and --offload-folder need --device-map")
+        return None
+    return Placement(
+        device_map=args.device_map,
+        max_memory=parse_max_memory(args.max_memory) if args.max_memory else None,
+        offload_folder=args.offload_folder,
+    )
 
 
 def version_text() -> str:

@@ -69,6 +69,7 @@ class DemoSettings:
     lr: float = 3e-3
     train_data_ratio: float = 0.9
     dtype: str = "bfloat16"
+    draft_vocab_size: int = 256  # of the verifier's 512: a d2t mapping, as at scale
     extra_train_args: list[str] = field(default_factory=list)
     fresh: bool = False
     train: bool = True  # False: stop after the hidden states
@@ -285,6 +286,8 @@ def train_argv(verifier: Path, data: Path, run_dir: Path, s: DemoSettings) -> li
         "--log-dir",
         str(run_dir / "logs"),
     ]
+    if s.draft_vocab_size:
+        argv += ["--draft-vocab-size", str(s.draft_vocab_size)]
     if s.max_steps is not None:
         argv += ["--max-steps", str(s.max_steps)]
     return argv + list(s.extra_train_args)
@@ -414,6 +417,7 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
         "total_seq_len": s.total_seq_len,
         "lr": s.lr,
         "train_data_ratio": s.train_data_ratio,
+        "draft_vocab_size": s.draft_vocab_size,
         "extra_train_args": list(s.extra_train_args),
     }
     stages = _Stages(
@@ -481,6 +485,7 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
         "val_step0_accuracy": metrics.get("full_acc_0_epoch"),
         "draft_class": type(model).__name__,
         "draft_trainable_params": n_params,
+        "draft_vocab_size": config.get("draft_vocab_size"),
         "verifier_architectures": config.get("speculators_config", {})
         .get("verifier", {})
         .get("architectures"),

@@ -181,7 +181,9 @@ def export_draft(
         if tensors.pop(name, None) is not None:
             dropped[name] = "not read by vLLM"
     if "embed_tokens.weight" in tensors and not keep_embeddings:
-        same, how = _embedding_is_verifiers(config, tensors["embed_tokens.weight"], local)
+        same, how = _embedding_is_verifiers(
+            config, tensors["embed_tokens.weight"], local
+        )
         if same:
             del tensors["embed_tokens.weight"]
             dropped["embed_tokens.weight"] = f"the verifier's ({how}); vLLM shares it"

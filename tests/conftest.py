@@ -22,3 +22,13 @@ def project_copy(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def project_root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def trained_demo(tmp_path_factory) -> dict:
+    """The demo run once (80 conversations, 3 epochs): its report, with the
+    acceptance of the trained and untrained drafts."""
+    from speculators_kimi.demo import DemoSettings, run_demo
+
+    out = tmp_path_factory.mktemp("trained-demo")
+    return run_demo(DemoSettings(out=out, num_samples=80, epochs=3))

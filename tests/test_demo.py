@@ -50,7 +50,7 @@ def test_demo_end_to_end_and_rerun(tmp_path):
     ]
     proc = run(cmd, timeout=900)
     text = proc.stdout
-    for stage in ("verifier", "data", "hidden-states", "train"):
+    for stage in STAGES:
         assert f"stage {stage}: finished" in text, text[-3000:]
     report = json.loads(text[text.rindex("\n{") :])
     assert report["loss_last"] < 0.5 * report["loss_first"], report
@@ -80,14 +80,17 @@ def test_demo_end_to_end_and_rerun(tmp_path):
         "verifier_lm_head.weight": "lm_head.weight",
         "verifier_norm.weight": "model.norm.weight",
     }
+    assert report["draft_vocab_size"] == 256
     for draft_key, text_key in pairs.items():
         want = verifier[TEXT_PREFIX + text_key].to(state[draft_key].dtype)
+        if draft_key == "verifier_lm_head.weight":  # the draft vocabulary's rows
+            want = want[state["t2d"]]
         assert torch.equal(state[draft_key], want), draft_key
 
     # Rerun: every stage is reused, nothing is retrained.
     mtimes = {p: p.stat().st_mtime_ns for p in ckpt.iterdir() if p.is_file()}
     again = run(cmd, timeout=600).stdout
-    for stage in ("verifier", "data", "hidden-states", "train"):
+    for stage in STAGES:
         assert f"stage {stage}: done before, reusing" in again
     assert "--speculator-type" not in again
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
@@ -99,9 +102,12 @@ def test_demo_end_to_end_and_rerun(tmp_path):
     steps = json.loads((ckpt / "training_state.json").read_text())["global_step"]
     assert ckpt.name == "2"
     third = run([*cmd, "--epochs", "1"], timeout=600).stdout
-    for stage in ("verifier", "data", "hidden-states"):
+    for stage in ("verifier", "replies", "data", "hidden-states"):
         assert f"stage {stage}: done before, reusing" in third
-    assert "[demo] train: inputs changed (epochs 3 -> 1); redoing train\n" in third
+    assert (
+        "[demo] train: inputs changed (epochs 3 -> 1); redoing train, acceptance\n"
+        in third
+    )
     assert "stage train: finished" in third
     assert "Found checkpoint at" not in third
     assert _mtimes(out / "verifier", out / "data") == inputs
@@ -110,6 +116,9 @@ def test_demo_end_to_end_and_rerun(tmp_path):
     state = json.loads((checkpoints / "0" / "training_state.json").read_text())
     assert 3 * state["global_step"] == steps
     assert json.loads(third[third.rindex("\n{") :])["checkpoint"].endswith("/0")
+
+
+STAGES = ("verifier", "replies", "data", "hidden-states", "train", "acceptance")
 
 
 def _mtimes(*dirs: Path) -> dict[Path, int]:
@@ -143,8 +152,15 @@ def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path, capsys):
         # `<|assistant|>` is trained.
         tokenizer = PreTrainedTokenizerFast.from_pretrained(out / "verifier")
         reply = tokenizer.convert_tokens_to_ids("<|assistant|>")
+        # The replies the verifier wrote for the first n conversations.
+        replies = out / "replies.jsonl"
+        convs = [json.loads(line)["conversations"] for line in replies.open()]
+        assert len(convs) == n
+        assert [[t["role"] for t in c] for c in convs] == [
+            [t["role"] for t in c] for c in load_conversations(n)
+        ]
         rows = []
-        for conv in load_conversations(n):
+        for conv in convs:
             for k in range(1, len(conv), 2):
                 ids = tokenizer.apply_chat_template(
                     conv[: k + 1], tokenize=True, return_dict=False
@@ -162,8 +178,8 @@ def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path, capsys):
     text = demo(6)
     assert "stage verifier: done before, reusing" in text
     assert (
-        "[demo] data: inputs changed (num_samples 12 -> 6); "
-        "redoing data, hidden-states\n" in text
+        "[demo] replies: inputs changed (num_samples 12 -> 6); "
+        "redoing replies, data, hidden-states\n" in text
     ), text
     assert "stage hidden-states: running" in text
     assert _mtimes(out / "verifier") == verifier
@@ -171,14 +187,15 @@ def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path, capsys):
     assert sorted(p.name for p in hs.iterdir()) == sorted(
         f"hs_{i}.safetensors" for i in range(len(expected_rows(6)))
     )
-    marker = json.loads((out / ".stages" / "data").read_text())
+    marker = json.loads((out / ".stages" / "replies").read_text())
     assert marker["inputs"]["num_samples"] == 6
+    marker = json.loads((out / ".stages" / "data").read_text())
     assert marker["result"]["samples"] == len(expected_rows(6))
 
     # Unchanged: every stage is reused and no output is rewritten.
     before = _mtimes(out)
     text = demo(6)
-    for stage in ("verifier", "data", "hidden-states"):
+    for stage in ("verifier", "replies", "data", "hidden-states"):
         assert f"stage {stage}: done before, reusing" in text
     assert "running" not in text
     assert _mtimes(out) == before
@@ -335,11 +352,11 @@ def test_demo_interrupted_training(tmp_path):
     # Rerun with another train flag: the unfinished training is not resumed.
     changed = [*base, "--num-samples", "10", "--epochs", "3"]
     text = _demo_until_first_checkpoint(changed, out)
-    for stage in ("verifier", "data", "hidden-states"):
+    for stage in ("verifier", "replies", "data", "hidden-states"):
         assert f"stage {stage}: done before, reusing" in text
     assert (
         "[demo] train: inputs changed since an unfinished run (epochs 2 -> 3); "
-        "redoing train\n" in text
+        "redoing train, acceptance\n" in text
     ), text[-3000:]
     assert "Found checkpoint at" not in text
     ckpt0 = out / "run" / "checkpoints" / "0"

@@ -28,6 +28,7 @@ import pytest
 import torch
 from datasets import Dataset
 from helpers import run
+from transformers import DynamicCache
 from zoo_builders import BUILDERS, Member
 
 from speculators_kimi import tiny_verifier as tiny
@@ -190,5 +191,27 @@ def test_zoo_member_trains(member, tmp_path):
         torch.testing.assert_close(
             norm.float()(x), own(x), rtol=1e-5, atol=1e-5, msg=member
         )
+    _check_evaluate(zoo, ckpt, data)
     if zoo.marker is not None:
         assert not zoo.marker.exists(), "checkpoint code was imported"
+
+
+def _check_evaluate(zoo: Member, ckpt: Path, data: Path) -> None:
+    """`speculators-kimi evaluate` on the member: its verifier computes the
+    member's own logits (real transformers class), and speculative decoding with
+    the trained draft is lossless."""
+    from speculators_kimi.evaluate import dataset_prompts, load_session
+
+    session = load_session(ckpt, zoo.path, dtype="float32", device="cpu")
+    prompts = dataset_prompts(data, split="all")[:2]
+    assert zoo.model is not None
+    ids = prompts[0].token_ids
+    logits, _ = session.verifier.forward(ids, DynamicCache())
+    with torch.no_grad():
+        want = zoo.model(input_ids=torch.tensor([ids])).logits[0].float()
+    torch.testing.assert_close(logits, want, rtol=1e-4, atol=1e-4)
+    report = session.evaluate(
+        prompts, num_speculative_tokens=3, max_new_tokens=8, progress=False
+    )
+    assert report.lossless, report
+    assert 0 < report.num_generated_tokens <= 16

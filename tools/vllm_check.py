@@ -91,7 +91,11 @@ def ensure_env(env: Path) -> Path:
     )
     purelib = Path(
         subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            [
+                str(python),
+                "-c",
+                "import sysconfig; print(sysconfig.get_path('purelib'))",
+            ],
             check=True,
             capture_output=True,
             text=True,
@@ -102,9 +106,7 @@ def ensure_env(env: Path) -> Path:
     lines = [f"import site; site.addsitedir({p!r})" for p in dict.fromkeys(ours)]
     (purelib / "speculators_kimi_base.pth").write_text("\n".join(lines) + "\n")
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
-    subprocess.run(
-        [*pip, "--no-deps", f"vllm=={VLLM_VERSION}", *VLLM_DEPS], check=True
-    )
+    subprocess.run([*pip, "--no-deps", f"vllm=={VLLM_VERSION}", *VLLM_DEPS], check=True)
     (env / ".ready").write_text(VLLM_VERSION + "\n")
     _say(f"built in {time.perf_counter() - t0:.0f} s")
     return python
@@ -170,7 +172,9 @@ def _build_draft(hf_config, target_layers: int, target_vocab: int):  # type: ign
     config.compilation_config.mode = CompilationMode.NONE
     # The two configs the draft reads: its own, and the target's size.
     config.speculative_config = types.SimpleNamespace(  # type: ignore[assignment]
-        draft_model_config=types.SimpleNamespace(hf_config=hf_config, quantization=None),
+        draft_model_config=types.SimpleNamespace(
+            hf_config=hf_config, quantization=None
+        ),
         parallel_drafting=False,
     )
     config.model_config = types.SimpleNamespace(  # type: ignore[assignment]

@@ -12,7 +12,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..cli import add_verifier_weight_arguments, verifier_weight_kwargs
+from ..cli import (
+    add_placement_arguments,
+    add_verifier_weight_arguments,
+    placement_from_args,
+    verifier_weight_kwargs,
+)
 from .generate import DTYPES, generate_hidden_states
 from .plan import ContextLengthError
 
@@ -55,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=16384,
         help="upper bound on padded tokens per batch",
     )
+    add_placement_arguments(parser)
     parser.add_argument("--trust-remote-code", action="store_true")
     add_verifier_weight_arguments(parser)
     parser.add_argument(
@@ -69,6 +75,11 @@ def run(args: argparse.Namespace) -> int:
 
     check_model_source(args.verifier, "--verifier")
     try:
+        placement = placement_from_args(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    try:
         res = generate_hidden_states(
             args.verifier,
             args.data_path,
@@ -82,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             weight_overrides=verifier_weight_kwargs(args),
             progress=not args.no_progress,
             overwrite=args.overwrite,
+            placement=placement,
         )
     except (ContextLengthError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -19,7 +19,7 @@ import torch
 from . import store
 from .capture import capture_hidden_states
 from .plan import check_context, default_target_layer_ids, plan_batches
-from .verifier import load_text_verifier
+from .verifier import Placement, input_device, load_text_verifier
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -91,11 +91,14 @@ def generate_hidden_states(
     weight_overrides: Mapping[str, str | None] | None = None,
     progress: bool = True,
     overwrite: bool = False,
+    placement: Placement | None = None,
 ) -> GenerationResult:
     """Write ``hs_<i>.safetensors`` for every row of the prepare-data dataset.
 
     :param weight_overrides: the decoder's resolution overrides, see
         :func:`~speculators_kimi.datagen.verifier.decoder_prefix`.
+    :param placement: a verifier bigger than one device: accelerate's dispatch
+        over GPUs, CPU and disk (``device`` is then ignored).
     :raises ContextLengthError: a sample is longer than the verifier's context.
     :raises VerifierWeightsError: the decoder's weights cannot be located.
     """
@@ -140,14 +143,15 @@ def generate_hidden_states(
     if skipped == len(rows):
         return result
 
-    dev = _pick_device(device)
     model, _, result.prefix = load_text_verifier(
         verifier,
         dtype=dtype,
-        device=dev,
+        device=_pick_device(device),
         trust_remote_code=trust_remote_code,
         weight_overrides=weight_overrides,
+        placement=placement,
     )
+    dev = str(input_device(model))
     meta = store.file_metadata(layer_ids, result.prefix)
     bar = tqdm(
         total=len(rows),

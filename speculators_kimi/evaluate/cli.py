@@ -8,49 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..cli import add_verifier_weight_arguments, verifier_weight_kwargs
+from ..cli import (
+    add_placement_arguments,
+    add_verifier_weight_arguments,
+    placement_from_args,
+    verifier_weight_kwargs,
+)
 
 __all__ = ["add_arguments", "draft_checkpoint", "run"]
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
-
-
-def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--device-map`` / ``--max-memory`` / ``--offload-folder``: a verifier
-    bigger than one device, through accelerate's big-model dispatch."""
-    parser.add_argument(
-        "--device-map",
-        default=None,
-        help="spread the verifier over devices with accelerate: auto (GPUs, then "
-        "CPU, then disk), balanced or sequential; overrides --device",
-    )
-    parser.add_argument(
-        "--max-memory",
-        default=None,
-        help="with --device-map: the most each device may hold, e.g. "
-        "'0=70GiB,1=70GiB,cpu=200GiB'; the rest is offloaded to disk",
-    )
-    parser.add_argument(
-        "--offload-folder",
-        default=None,
-        help="with --device-map: where disk-offloaded weights go (default: a "
-        "temporary directory)",
-    )
-
-
-def placement_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~speculators_kimi.datagen.verifier.Placement` asked for, or None."""
-    from ..datagen.verifier import Placement, parse_max_memory
-
-    if args.device_map is None:
-        if args.max_memory or args.offload_folder:
-            raise ValueError("--max-memory and --offload-folder need --device-map")
-        return None
-    return Placement(
-        device_map=args.device_map,
-        max_memory=parse_max_memory(args.max_memory) if args.max_memory else None,
-        offload_folder=args.offload_folder,
-    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -171,20 +138,26 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    if args.data:
-        prompts = dataset_prompts(
-            args.data, train_data_ratio=args.train_data_ratio, split=args.split
-        )
-    else:
-        kwargs = (
-            json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else None
-        )
-        prompts = jsonl_prompts(
-            args.prompts,
-            args.verifier,
-            trust_remote_code=args.trust_remote_code,
-            chat_template_kwargs=kwargs,
-        )
+    try:
+        if args.data:
+            prompts = dataset_prompts(
+                args.data, train_data_ratio=args.train_data_ratio, split=args.split
+            )
+        else:
+            kwargs = (
+                json.loads(args.chat_template_kwargs)
+                if args.chat_template_kwargs
+                else None
+            )
+            prompts = jsonl_prompts(
+                args.prompts,
+                args.verifier,
+                trust_remote_code=args.trust_remote_code,
+                chat_template_kwargs=kwargs,
+            )
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     prompts = prompts[: args.num_prompts] if args.num_prompts else prompts
     session = load_session(
         checkpoint,

@@ -21,7 +21,12 @@ from transformers import DynamicCache
 from .draft import DraftRunner
 from .verifier import CausalVerifier
 
-__all__ = ["PromptResult", "greedy_generate", "speculative_generate"]
+__all__ = [
+    "PromptResult",
+    "greedy_generate",
+    "greedy_generate_batch",
+    "speculative_generate",
+]
 
 
 @dataclass
@@ -184,3 +189,39 @@ def greedy_generate(
             break
         logits, _ = verifier.forward(tokens[-1:], cache)
     return PromptResult(tokens=tokens, verifier_forwards=verifier.forwards - start)
+
+
+@torch.no_grad()
+def greedy_generate_batch(
+    verifier: CausalVerifier,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    pad_token_id: int = 0,
+) -> list[list[int]]:
+    """Greedy decoding of several prompts at once (left-padded, one KV cache).
+
+    For producing data (the verifier's own replies); padding may change float
+    rounding, so the lossless check uses :func:`greedy_generate`.
+    """
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(list(prompt))
+        mask[row, width - len(prompt) :] = 1
+    cache = DynamicCache()
+    outputs: list[list[int]] = [[] for _ in prompts]
+    active = list(range(len(prompts)))
+    step_ids = ids
+    for _ in range(max_new_tokens):
+        logits = verifier.next_token_logits(step_ids, mask, cache)
+        picked = torch.argmax(logits, dim=-1).cpu()
+        for row in active:
+            outputs[row].append(int(picked[row]))
+        active = [r for r in active if outputs[r][-1] not in verifier.eos_ids]
+        if not active:
+            break
+        step_ids = picked[:, None]
+        mask = torch.cat([mask, torch.ones((len(prompts), 1), dtype=mask.dtype)], 1)
+    return [_finished(out, verifier.eos_ids, max_new_tokens)[0] for out in outputs]

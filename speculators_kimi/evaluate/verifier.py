@@ -83,6 +83,28 @@ class CausalVerifier:
         aux = self._capture.stacked(self.device)[0, :, :-1]
         return logits.to(self.device), aux.flatten(1)
 
+    @torch.no_grad()
+    def next_token_logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Cache
+    ) -> torch.Tensor:
+        """float32 logits ``[batch, vocab]`` of the last position of each row of a
+        left-padded batch, after what ``cache`` holds (no aux states)."""
+        mask = attention_mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
+        out = self.decoder(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        self.forwards += 1
+        last = out.last_hidden_state[:, -1]
+        logits = torch.nn.functional.linear(last, self.head.to(last.device)).float()
+        if self._softcap:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
+        return logits.to(self.device)
+
 
 def load_causal_verifier(
     verifier: str | Path,

@@ -115,6 +115,8 @@ def prepare_data(
         str(seq_len),
         "--num-preprocessing-workers",
         "1",
+        # token_freq.pt: what `speculators train --draft-vocab-size` selects from.
+        "--no-skip-token-freq",
         "--overwrite",
     ]
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")

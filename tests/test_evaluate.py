@@ -1,0 +1,259 @@
+"""`speculators-kimi evaluate`: EAGLE-3 speculative decoding with transformers.
+
+On the demo's tiny Kimi-K2.5-shaped verifier (real DeepSeek-V3 MLA + MoE classes)
+and drafts that upstream's `speculators train` wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import run
+from safetensors.torch import load_file, save_file
+from speculators.models.attention_backends import get_backend
+from transformers import DynamicCache
+
+from speculators_kimi.datagen import generate_hidden_states
+from speculators_kimi.datagen.verifier import Placement, parse_max_memory
+from speculators_kimi.demo import DemoSettings, train_argv
+from speculators_kimi.evaluate import (
+    DraftRunner,
+    dataset_prompts,
+    load_draft,
+    load_session,
+)
+from speculators_kimi.evaluate.decode import _verify
+
+BIN = Path(sys.executable).parent
+
+
+def _paths(report: dict) -> tuple[Path, Path, Path]:
+    return Path(report["verifier"]), Path(report["data"]), Path(report["checkpoint"])
+
+
+def test_demo_acceptance_trained_vs_untrained(trained_demo):
+    al = trained_demo["acceptance"]
+    trained, untrained, sampled = al["trained"], al["untrained"], al["trained_t1"]
+    assert trained["num_speculative_tokens"] == 3
+    assert trained["num_prompts"] == untrained["num_prompts"] >= 8
+    # Training bought acceptance: a clear margin over the same draft untrained.
+    assert untrained["mean_acceptance_length"] < 1.1, untrained
+    assert trained["mean_acceptance_length"] > untrained["mean_acceptance_length"] + 0.3
+    assert trained["acceptance_rate_per_position"][0] > 0.25
+    rates = trained["acceptance_rate_per_position"]
+    assert rates == sorted(rates, reverse=True)  # position k needs k-1 accepted
+    # Greedy speculative decoding is lossless on every prompt, for both drafts.
+    assert trained["lossless"] is True and trained["mismatched_prompts"] == []
+    assert untrained["lossless"] is True
+    # Tokens per verifier forward: generated = rounds' emitted tokens (+ prefill).
+    assert trained["verifier_forwards"] < untrained["verifier_forwards"]
+    # T > 0 runs (rejection sampling) and reports its acceptance.
+    assert sampled["lossless"] is None and sampled["temperature"] == 1.0
+    assert sampled["mean_acceptance_length"] > 1.0
+    assert len(sampled["acceptance_rate_per_position"]) == 3
+
+
+def test_incremental_steps_equal_the_trainers_forward(trained_demo):
+    """The cached, step-by-step draft computes what the trainer's TTT forward
+    computes: step 0 over every position, and a chained step 1 fed the ground
+    truth token (teacher forcing) after a prefix."""
+    verifier_dir, data, ckpt = _paths(trained_demo)
+    draft = load_draft(ckpt, torch.float32)
+    session = load_session(ckpt, verifier_dir, dtype="float32", device="cpu")
+    from datasets import load_from_disk
+
+    rows = load_from_disk(str(data)).with_format(None)["input_ids"]
+    ids = [int(t) for t in max(rows, key=len)[:40]]
+    assert len(ids) == 40
+    _, aux = session.verifier.forward(ids, DynamicCache())
+
+    # The trainer's forward with the attention the runner decodes with.
+    draft.config.transformer_layer_config._attn_implementation = "sdpa"
+    draft._attn_backend = get_backend("sdpa")
+    n = len(ids) - 1
+    with torch.no_grad():
+        tokens = draft(
+            hidden_states=aux[None, :-1],
+            input_ids=torch.tensor([ids[1:]]),
+            document_ids=torch.zeros(1, n, dtype=torch.long),
+            ttt_steps=2,
+        )
+    runner = DraftRunner(draft, "cpu")
+    out, logits = runner.step(torch.tensor(ids[1:]), runner.project(aux[:-1]), 1)
+    assert torch.equal(logits.argmax(-1), tokens[0][0])
+    # Chunked over the cache == all at once.
+    runner.reset()
+    _, a = runner.step(torch.tensor(ids[1:10]), runner.project(aux[:9]), 1)
+    _, b = runner.step(torch.tensor(ids[10:]), runner.project(aux[9:-1]), 10)
+    torch.testing.assert_close(torch.cat([a, b]), logits, atol=1e-5, rtol=1e-5)
+    for j in (5, 12, n - 3):
+        runner.reset()
+        states, _ = runner.step(
+            torch.tensor(ids[1 : j + 2]), runner.project(aux[: j + 1]), 1
+        )
+        _, step1 = runner.step(torch.tensor([ids[j + 2]]), states[-1:], j + 2)
+        assert int(step1.argmax(-1)) == int(tokens[1][0, j]), j
+
+
+def test_rejection_sampling_keeps_the_verifier_distribution():
+    """Accept t ~ q with min(1, p/q), else resample max(p - q, 0): the emitted
+    token is distributed as p, whatever the draft's q."""
+    gen = torch.Generator().manual_seed(0)
+    p_logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5], [0.0] * 5])
+    p = torch.softmax(p_logits[0], -1)
+    q = torch.tensor([0.05, 0.6, 0.3, 0.05, 0.0])
+    counts = torch.zeros(5)
+    draws = 20000
+    for _ in range(draws):
+        t = int(torch.multinomial(q, 1, generator=gen))
+        m, nxt = _verify([t], [q], p_logits, 1.0, gen)
+        counts[t if m == 1 else nxt] += 1
+    assert (counts / draws - p).abs().max() < 0.015, (counts / draws, p)
+
+
+def test_wrong_hidden_states_score_lower(trained_demo, tmp_path):
+    """A datagen bug, hidden states one position late (token j gets state j-1),
+    is caught: the draft trained on them validates fine (teacher forcing on the
+    same wrong states) but its acceptance is clearly lower on the same prompts."""
+    verifier_dir, data, ckpt = _paths(trained_demo)
+    wrong = tmp_path / "data"
+    shutil.copytree(data, wrong)
+    for path in (wrong / "hidden_states").glob("hs_*.safetensors"):
+        tensors = load_file(path)
+        hs = tensors["hidden_states"]
+        tensors["hidden_states"] = torch.cat([hs[:1], hs[:-1]]).contiguous()
+        save_file(tensors, path)
+    argv = train_argv(verifier_dir, wrong, tmp_path / "run", DemoSettings(epochs=3))
+    run([str(BIN / "speculators"), "train", *argv])
+    bad_ckpt = tmp_path / "run" / "checkpoints" / ckpt.name
+    prompts = dataset_prompts(data)
+    right = trained_demo["acceptance"]["trained"]
+    session = load_session(bad_ckpt, verifier_dir, dtype="float32", device="cpu")
+    bad = session.evaluate(prompts, num_speculative_tokens=3, max_new_tokens=32)
+    assert bad.lossless
+    assert bad.mean_acceptance_length < right["mean_acceptance_length"] - 0.2, (
+        bad.mean_acceptance_length,
+        right["mean_acceptance_length"],
+    )
+
+
+def test_offloaded_verifier_gives_identical_states_and_acceptance(
+    trained_demo, tmp_path
+):
+    """`max_memory` small enough that accelerate offloads most decoder layers to
+    disk: hidden states and acceptance are those of the unsharded run."""
+    verifier_dir, data, ckpt = _paths(trained_demo)
+    placement = Placement("auto", parse_max_memory("cpu=1MB"), str(tmp_path / "off"))
+    session = load_session(
+        ckpt, verifier_dir, dtype="float32", device="cpu", placement=placement
+    )
+    placed = set(session.verifier.decoder.hf_device_map.values())
+    assert "disk" in placed, session.verifier.decoder.hf_device_map
+
+    out = tmp_path / "hs"
+    res = generate_hidden_states(
+        verifier_dir, data, output_dir=out, placement=placement, progress=False
+    )
+    assert res.written > 0
+    for path in sorted(out.glob("hs_*.safetensors")):
+        want = load_file(data / "hidden_states" / path.name)
+        got = load_file(path)
+        assert torch.equal(got["hidden_states"], want["hidden_states"]), path.name
+
+    prompts = dataset_prompts(data)
+    got = session.evaluate(prompts, num_speculative_tokens=3, max_new_tokens=32)
+    want = trained_demo["acceptance"]["trained"]
+    for key in ("mean_acceptance_length", "acceptance_rate_per_position"):
+        assert got.as_dict()[key] == want[key], key
+    assert got.num_generated_tokens == want["num_generated_tokens"]
+    assert got.lossless
+
+
+def test_evaluate_command(trained_demo, tmp_path):
+    verifier_dir, data, ckpt = _paths(trained_demo)
+    report = tmp_path / "al.json"
+    base = [str(BIN / "speculators-kimi"), "evaluate", "--verifier", str(verifier_dir)]
+    # A run's checkpoints directory: its checkpoint_best is evaluated.
+    proc = run(
+        [
+            *base,
+            "--draft",
+            str(ckpt.parent),
+            "--data",
+            str(data),
+            "--num-prompts",
+            "3",
+            "-k",
+            "2",
+            "--max-new-tokens",
+            "12",
+            "--json",
+            str(report),
+        ]
+    )
+    assert (
+        "mean acceptance length" in proc.stdout
+        and "lossless                yes" in proc.stdout
+    )
+    got = json.loads(report.read_text())
+    assert got["num_prompts"] == 3 and got["num_speculative_tokens"] == 2
+    assert len(got["acceptance_rate_per_position"]) == 2
+    assert got["num_generated_tokens"] <= 3 * 12
+    assert got["lossless"] is True and got["wall_time_s"] > 0
+    assert "evaluate" in proc.stderr  # the progress bar
+
+    # A conversations JSONL, rendered with the verifier's chat template.
+    convs = tmp_path / "convs.jsonl"
+    convs.write_text(
+        json.dumps(
+            {"messages": [{"role": "user", "content": "what color is the sky ?"}]}
+        )
+        + "\n"
+        + json.dumps(
+            {
+                "conversations": [
+                    {"role": "user", "content": "count from one to five ."},
+                    {"role": "assistant", "content": "one two three four five ."},
+                ]
+            }
+        )
+        + "\n"
+    )
+    proc = run(
+        [
+            *base,
+            "--draft",
+            str(ckpt),
+            "--prompts",
+            str(convs),
+            "--json",
+            str(report),
+            "--temperature",
+            "0.7",
+            "--no-progress",
+        ]
+    )
+    got = json.loads(report.read_text())
+    assert got["num_prompts"] == 2 and got["lossless"] is None
+
+    # Clear errors: a directory that is no checkpoint; a bad JSONL line.
+    bad = run([*base, "--draft", str(tmp_path), "--data", str(data)], check=False)
+    assert bad.returncode == 1 and "no config.json" in bad.stderr
+    convs.write_text('{"messages": []}\n')
+    bad = run([*base, "--draft", str(ckpt), "--prompts", str(convs)], check=False)
+    assert bad.returncode != 0 and f"{convs}:1" in bad.stderr
+
+
+def test_max_memory_parsing():
+    assert parse_max_memory("0=70GiB, 1=70GiB,cpu=200GiB") == {
+        0: "70GiB",
+        1: "70GiB",
+        "cpu": "200GiB",
+    }
+    with pytest.raises(ValueError, match="DEVICE=SIZE"):
+        parse_max_memory("70GiB")

@@ -1,0 +1,145 @@
+"""`speculators-kimi export`: a trained checkpoint as `vllm serve` takes it,
+checked with vLLM 0.33's own code (its parser and its EAGLE-3 draft class)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import ROOT, run
+from safetensors.torch import load_file
+
+from speculators_kimi.export import ExportError, export_draft, hub_id_of
+
+BIN = Path(sys.executable).parent
+HUB_ID = "moonshotai/Kimi-K2.5"
+
+
+def _digests(path: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in path.iterdir()
+        if p.is_file()
+    }
+
+
+def test_export_writes_what_vllm_reads(trained_demo, tmp_path):
+    verifier = Path(trained_demo["verifier"])
+    ckpt = Path(trained_demo["checkpoint"])
+    before = _digests(ckpt)
+    cmd = [str(BIN / "speculators-kimi"), "export", str(ckpt)]
+
+    # The checkpoint records the verifier's local path: no Hub id, a clear error.
+    refused = run([*cmd, "--out", str(tmp_path / "no")], check=False)
+    assert refused.returncode == 1
+    assert "--verifier-id ORG/NAME" in refused.stderr
+    assert str(verifier) in refused.stderr
+    assert not (tmp_path / "no").exists()
+
+    out = tmp_path / "serve"
+    proc = run([*cmd, "--out", str(out), "--verifier-id", HUB_ID])
+    assert f"vllm serve {out.resolve()}" in proc.stdout
+    spec = json.dumps(
+        {"model": str(out.resolve()), "method": "eagle3", "num_speculative_tokens": 3}
+    )
+    assert f"vllm serve {HUB_ID} --speculative-config '{spec}'" in proc.stdout
+
+    config = json.loads((out / "config.json").read_text())
+    trained = json.loads((ckpt / "config.json").read_text())
+    assert config["speculators_config"]["verifier"]["name_or_path"] == HUB_ID
+    layer = config["transformer_layer_config"]
+    # Explicit geometry: the draft's head_dim is not hidden/heads here.
+    assert layer["head_dim"] == trained["transformer_layer_config"]["head_dim"]
+    assert layer["head_dim"] != layer["hidden_size"] // layer["num_attention_heads"]
+    assert config["draft_vocab_size"] == 256 < layer["vocab_size"]
+    assert config["target_hidden_size"] == layer["hidden_size"]
+    assert config["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
+
+    tensors = load_file(out / "model.safetensors")
+    saved = load_file(ckpt / "model.safetensors")
+    assert "embed_tokens.weight" not in tensors  # the verifier's: vLLM shares it
+    assert "t2d" not in tensors
+    assert torch.equal(tensors["d2t"], saved["d2t"])
+    # d2t maps the draft vocabulary onto the data's most frequent tokens.
+    t2d = np.load(Path(trained_demo["data"]) / "t2d-256.npy")
+    targets = torch.arange(256) + tensors["d2t"]
+    assert torch.equal(targets, torch.from_numpy(np.flatnonzero(t2d)))
+    for name, tensor in tensors.items():
+        assert torch.equal(tensor, saved[name]), name
+    # The trained checkpoint stays as upstream wrote it.
+    assert _digests(ckpt) == before
+
+    kept = tmp_path / "kept"
+    export_draft(ckpt, kept, verifier_id=HUB_ID, keep_embeddings=True)
+    assert "embed_tokens.weight" in load_file(kept / "model.safetensors")
+
+    with pytest.raises(ExportError, match="ORG/NAME"):
+        export_draft(ckpt, tmp_path / "x", verifier_id=str(verifier))
+    with pytest.raises(ExportError, match="must differ"):
+        export_draft(ckpt, ckpt, verifier_id=HUB_ID)
+
+
+def test_verifier_hub_id_from_its_origin(tmp_path):
+    snapshot = tmp_path / "hub" / "models--moonshotai--Kimi-K2.5" / "snapshots" / "ab12"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    assert hub_id_of(str(snapshot)) == HUB_ID
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "config.json").write_text(json.dumps({"_name_or_path": "org/model"}))
+    assert hub_id_of(str(local)) == "org/model"
+    (local / "config.json").write_text(json.dumps({"_name_or_path": str(local)}))
+    assert hub_id_of(str(local)) is None
+    assert hub_id_of("org/model") == "org/model"
+
+
+@pytest.mark.slow
+def test_vllm_accepts_and_loads_the_export(trained_demo, tmp_path):
+    """vLLM 0.33's own code on CPU: `tools/vllm_check.py` (see its docstring for
+    what is stubbed: only the paged Attention layer)."""
+    ckpt = Path(trained_demo["checkpoint"])
+    out = tmp_path / "serve"
+    export_draft(ckpt, out, verifier_id=HUB_ID)
+    report_file = tmp_path / "vllm.json"
+    run(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "vllm_check.py"),
+            str(out),
+            "--checkpoint",
+            str(ckpt),
+            "--verifier",
+            trained_demo["verifier"],
+            "--json",
+            str(report_file),
+        ],
+        timeout=1800,
+    )
+    report = json.loads(report_file.read_text())
+    parsed = report["parsed"]
+    layer = json.loads((out / "config.json").read_text())["transformer_layer_config"]
+    assert parsed["architectures"] == ["Eagle3LlamaForCausalLM"]
+    assert parsed["head_dim"] == layer["head_dim"]
+    assert parsed["draft_vocab_size"] == 256
+    assert parsed["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
+    # `vllm serve DIR`: the verifier is served, the export is its eagle3 draft.
+    assert report["serve"]["model"] == HUB_ID
+    assert report["serve"]["speculative"] == {
+        "method": "eagle3",
+        "num_speculative_tokens": 3,
+        "model": str(out),
+    }
+    # The checkpoint as trained is what vLLM refuses.
+    assert "must name a remote model repository" in report["checkpoint_refused"]
+    # Every parameter of vLLM's draft came from the export, but the embedding,
+    # which it shares from the verifier.
+    assert report["parameters_not_loaded"] == []
+    assert report["shared_from_verifier"] == ["model.embed_tokens.weight"]
+    step = report["one_step"]
+    assert step["max_abs_logit_diff"] < 1e-4, step
+    assert step["same_argmax"] and step["same_masked_tokens"]
