@@ -76,28 +76,34 @@ def test_incremental_steps_equal_the_trainers_forward(trained_demo):
     draft.config.transformer_layer_config._attn_implementation = "sdpa"
     draft._attn_backend = get_backend("sdpa")
     n = len(ids) - 1
-    with torch.no_grad():
-        tokens = draft(
-            hidden_states=aux[None, :-1],
-            input_ids=torch.tensor([ids[1:]]),
-            document_ids=torch.zeros(1, n, dtype=torch.long),
-            ttt_steps=2,
-        )
-    runner = DraftRunner(draft, "cpu")
-    out, logits = runner.step(torch.tensor(ids[1:]), runner.project(aux[:-1]), 1)
-    assert torch.equal(logits.argmax(-1), tokens[0][0])
-    # Chunked over the cache == all at once.
-    runner.reset()
-    _, a = runner.step(torch.tensor(ids[1:10]), runner.project(aux[:9]), 1)
-    _, b = runner.step(torch.tensor(ids[10:]), runner.project(aux[9:-1]), 10)
-    torch.testing.assert_close(torch.cat([a, b]), logits, atol=1e-5, rtol=1e-5)
-    for j in (5, 12, n - 3):
+    # The demo's draft layer is a sliding-attention layer (window 2048, longer
+    # than these rows); a window of 6 checks that the runner applies it as
+    # training does.
+    assert draft.uses_sliding_window_attn
+    for window in (draft.sliding_window, 6):
+        draft.sliding_window = window
+        with torch.no_grad():
+            tokens = draft(
+                hidden_states=aux[None, :-1],
+                input_ids=torch.tensor([ids[1:]]),
+                document_ids=torch.zeros(1, n, dtype=torch.long),
+                ttt_steps=2,
+            )
+        runner = DraftRunner(draft, "cpu")
+        _, logits = runner.step(torch.tensor(ids[1:]), runner.project(aux[:-1]), 1)
+        assert torch.equal(logits.argmax(-1), tokens[0][0]), window
+        # Chunked over the cache == all at once.
         runner.reset()
-        states, _ = runner.step(
-            torch.tensor(ids[1 : j + 2]), runner.project(aux[: j + 1]), 1
-        )
-        _, step1 = runner.step(torch.tensor([ids[j + 2]]), states[-1:], j + 2)
-        assert int(step1.argmax(-1)) == int(tokens[1][0, j]), j
+        _, a = runner.step(torch.tensor(ids[1:10]), runner.project(aux[:9]), 1)
+        _, b = runner.step(torch.tensor(ids[10:]), runner.project(aux[9:-1]), 10)
+        torch.testing.assert_close(torch.cat([a, b]), logits, atol=1e-5, rtol=1e-5)
+        for j in (5, 12, n - 3):
+            runner.reset()
+            states, _ = runner.step(
+                torch.tensor(ids[1 : j + 2]), runner.project(aux[: j + 1]), 1
+            )
+            _, step1 = runner.step(torch.tensor([ids[j + 2]]), states[-1:], j + 2)
+            assert int(step1.argmax(-1)) == int(tokens[1][0, j]), (window, j)
 
 
 def test_rejection_sampling_keeps_the_verifier_distribution():

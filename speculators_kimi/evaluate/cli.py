@@ -102,6 +102,22 @@ def draft_checkpoint(path: str | Path) -> Path:
     )
 
 
+def _template_kwargs(text: str | None) -> dict[str, Any] | None:
+    """``--chat-template-kwargs`` as a dict.
+
+    :raises ValueError: not a JSON object (the flag named).
+    """
+    if text is None:
+        return None
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--chat-template-kwargs: not valid JSON ({err})") from None
+    if not isinstance(parsed, dict):
+        raise ValueError("--chat-template-kwargs: must be a JSON object")
+    return parsed
+
+
 def format_report(report: dict[str, Any]) -> str:
     rates = ", ".join(f"{r:.3f}" for r in report["acceptance_rate_per_position"])
     lossless = report["lossless"]
@@ -135,20 +151,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         checkpoint = draft_checkpoint(args.draft)
         placement = placement_from_args(args)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    try:
         if args.data:
             prompts = dataset_prompts(
                 args.data, train_data_ratio=args.train_data_ratio, split=args.split
             )
         else:
-            kwargs = (
-                json.loads(args.chat_template_kwargs)
-                if args.chat_template_kwargs
-                else None
-            )
+            kwargs = _template_kwargs(args.chat_template_kwargs)
             prompts = jsonl_prompts(
                 args.prompts,
                 args.verifier,

@@ -38,6 +38,7 @@ class DraftRunner:
         tl_config = model.config.transformer_layer_config
         tl_config._attn_implementation = DECODE_ATTENTION
         self.cache = DynamicCache()
+        self.positions = torch.empty(0, dtype=torch.long, device=self.device)
         self.dtype = next(model.fc.parameters()).dtype
         vocab = torch.arange(model.draft_vocab_size, device=self.device)
         d2t = model.d2t
@@ -53,11 +54,28 @@ class DraftRunner:
     def reset(self) -> None:
         """Forget every entry (a new prompt)."""
         self.cache = DynamicCache()
+        self.positions = self.positions[:0]
 
     def crop(self, length: int) -> None:
         """Keep the first ``length`` entries (those built from verifier states)."""
         if self.length > length:
             self.cache.crop(length - self.length)
+            self.positions = self.positions[:length]
+
+    def _masks(self, start: int, positions: torch.Tensor) -> list[torch.Tensor]:
+        """Per layer: new entry ``start + i`` sees every entry up to itself (within
+        the layer's sliding window, by position, for sliding-attention layers).
+        ``self.positions`` already holds the new entries' positions."""
+        m = self.model
+        n = positions.shape[0]
+        keys = torch.arange(start + n, device=self.device)
+        full = keys[None, :] <= (start + torch.arange(n, device=self.device))[:, None]
+        masks = [full[None, None]] * len(m.layers)
+        if m.uses_sliding_window_attn:
+            near = positions[:, None] - self.positions[None, :] < m.sliding_window
+            for i in m.sliding_window_indices:
+                masks[i] = (full & near)[None, None]
+        return masks
 
     @torch.no_grad()
     def project(self, aux: torch.Tensor) -> torch.Tensor:
@@ -90,13 +108,10 @@ class DraftRunner:
             first_position, first_position + n, device=self.device
         )[None]
         cache_position = torch.arange(start, start + n, device=self.device)
-        # Entry start + i sees every entry up to itself.
-        mask = (
-            torch.arange(start + n, device=self.device)[None, :]
-            <= cache_position[:, None]
-        )[None, None]
+        self.positions = torch.cat([self.positions, positions[0]])
+        masks = self._masks(start, positions[0])
         rope = m.rotary_emb(hs, positions)
-        for layer in m.layers:
+        for layer, mask in zip(m.layers, masks, strict=True):
             hs = layer(
                 hs,
                 attention_mask=mask,
