@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             for prompt in prompts:
                 t0 = time.perf_counter()
                 plain = greedy_generate(
-                    session.verifier, prompt.token_ids, max_new_tokens=args.max_new_tokens
+                    session.verifier,
+                    prompt.token_ids,
+                    max_new_tokens=args.max_new_tokens,
                 )
                 total["greedy"] += time.perf_counter() - t0
                 t0 = time.perf_counter()

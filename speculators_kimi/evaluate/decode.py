@@ -143,7 +143,9 @@ def speculative_generate(
     # New draft entries: pairs (context[j + 1], aux[j - committed]) for j >= committed.
     committed = 0
     result = PromptResult(tokens=[])
-    done = False
+    result.tokens, done = _finished(
+        context[len(prompt) :], verifier.eos_ids, max_new_tokens
+    )
     while not done:
         length = len(context) - 1  # tokens the verifier has seen
         tokens = torch.tensor(context[committed + 1 :], device=drafter.device)
