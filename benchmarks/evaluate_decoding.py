@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import platform
 import statistics
 import sys
 import tempfile
@@ -30,16 +29,7 @@ import time
 from pathlib import Path
 
 import torch
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from verifier_weights import cpu_model  # this directory (run as a script)
 
 
 def status(field: str) -> int:
