@@ -33,6 +33,7 @@ run their ``forward_native`` paths. ``torch.compile`` is off.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -64,7 +65,13 @@ VLLM_DEPS = [
     "uvloop==0.23.0",
     "xgrammar==0.2.9",
 ]
-DEFAULT_ENV = Path.home() / ".cache" / "speculators-kimi" / f"vllm-{VLLM_VERSION}-env"
+
+
+def default_env() -> Path:
+    """One scratch environment per vLLM version and base environment: it runs on
+    the base's site-packages, so another venv gets its own."""
+    base = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    return Path.home() / ".cache" / "speculators-kimi" / f"vllm-{VLLM_VERSION}-{base}"
 
 
 def _say(msg: str) -> None:
@@ -78,7 +85,9 @@ def _env_python(env: Path) -> Path:
 def ensure_env(env: Path) -> Path:
     """The scratch environment's python, built on first use (``.ready`` marks it)."""
     python = _env_python(env)
-    if (env / ".ready").is_file():
+    ready = env / ".ready"
+    stamp = f"{VLLM_VERSION} {sys.prefix}\n"
+    if ready.is_file() and ready.read_text() == stamp:
         return python
     import site
     import sysconfig
@@ -107,7 +116,7 @@ def ensure_env(env: Path) -> Path:
     (purelib / "speculators_kimi_base.pth").write_text("\n".join(lines) + "\n")
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
     subprocess.run([*pip, "--no-deps", f"vllm=={VLLM_VERSION}", *VLLM_DEPS], check=True)
-    (env / ".ready").write_text(VLLM_VERSION + "\n")
+    ready.write_text(stamp)
     _say(f"built in {time.perf_counter() - t0:.0f} s")
     return python
 
@@ -300,7 +309,13 @@ def main() -> int:
     parser.add_argument("export", help="directory written by speculators-kimi export")
     parser.add_argument("--checkpoint", required=True, help="the trained checkpoint")
     parser.add_argument("--verifier", required=True, help="local verifier directory")
-    parser.add_argument("--env", type=Path, default=DEFAULT_ENV)
+    parser.add_argument(
+        "--env",
+        type=Path,
+        default=None,
+        help="the scratch environment (default: one under ~/.cache/speculators-kimi "
+        "for this vLLM version and this environment)",
+    )
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
@@ -308,7 +323,7 @@ def main() -> int:
     if args.inner:
         print(json.dumps(inner(args)))
         return 0
-    python = ensure_env(args.env)
+    python = ensure_env(args.env or default_env())
     t0 = time.perf_counter()
     proc = subprocess.run(
         [str(python), __file__, "--inner", *sys.argv[1:]],
