@@ -529,8 +529,8 @@ def format_report(r: dict[str, Any]) -> str:
             f"  data         {r['data']} ({r['samples']} samples, aux layers "
             f"{r['target_layer_ids']})",
             f"  draft        {r['checkpoint']} ({r['draft_class']}, "
-            f"{r['draft_trainable_params']} trainable parameters; verifier "
-            f"{r['verifier_architectures']})",
+            f"{r['draft_trainable_params']} trainable parameters, draft vocabulary "
+            f"{r.get('draft_vocab_size')}; verifier {r['verifier_architectures']})",
             f"  train loss   {num(r['loss_first'])} -> {num(r['loss_last'])} over "
             f"{r['train_steps']} steps",
             f"  held-out     loss {num(r['val_loss'])}, step-0 draft accuracy "
