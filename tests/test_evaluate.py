@@ -255,6 +255,21 @@ def test_evaluate_command(trained_demo, tmp_path):
     assert bad.returncode != 0 and f"{convs}:1" in bad.stderr
 
 
+def test_a_moved_checkpoint_evaluates_with_the_given_verifier(trained_demo, tmp_path):
+    verifier_dir, data, ckpt = _paths(trained_demo)
+    moved = tmp_path / "ckpt"
+    shutil.copytree(ckpt, moved)
+    config = json.loads((moved / "config.json").read_text())
+    config["speculators_config"]["verifier"]["name_or_path"] = str(tmp_path / "gone")
+    (moved / "config.json").write_text(json.dumps(config))
+    session = load_session(moved, verifier_dir, dtype="float32", device="cpu")
+    report = session.evaluate(
+        dataset_prompts(data), num_speculative_tokens=3, max_new_tokens=32
+    )
+    want = trained_demo["acceptance"]["trained"]
+    assert report.mean_acceptance_length == want["mean_acceptance_length"]
+
+
 def test_max_memory_parsing():
     assert parse_max_memory("0=70GiB, 1=70GiB,cpu=200GiB") == {
         0: "70GiB",

@@ -248,7 +248,7 @@ def inner(args: argparse.Namespace) -> dict:
     except ValueError as err:
         report["checkpoint_refused"] = str(err)
 
-    ours = load_draft(args.checkpoint, torch.float32)
+    ours = load_draft(args.checkpoint, torch.float32, args.verifier)
     verifier = load_causal_verifier(args.verifier, ours.target_layer_ids)
     _stub_attention()
     torch.set_default_dtype(torch.float32)

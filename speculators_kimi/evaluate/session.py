@@ -29,15 +29,25 @@ def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def load_draft(checkpoint: str | Path, dtype: torch.dtype = torch.float32) -> Any:
+def load_draft(
+    checkpoint: str | Path,
+    dtype: torch.dtype = torch.float32,
+    verifier: str | Path | None = None,
+) -> Any:
     """An EAGLE-3 draft as ``speculators train`` saved it.
 
+    :param verifier: the verifier to read its verifier-owned tensors and layer
+        count from, instead of the path recorded at training (which may be gone
+        once the checkpoint is moved).
     :raises TypeError: the checkpoint is not an EAGLE-3 draft.
     """
-    from speculators import SpeculatorModel
+    from speculators import SpeculatorModel, SpeculatorModelConfig
     from speculators.models.eagle3 import Eagle3DraftModel
 
-    model = SpeculatorModel.from_pretrained(str(checkpoint))
+    config = SpeculatorModelConfig.from_pretrained(str(checkpoint))
+    if verifier is not None and config.speculators_config is not None:
+        config.speculators_config.verifier.name_or_path = str(verifier)
+    model = SpeculatorModel.from_pretrained(str(checkpoint), config=config)
     if not isinstance(model, Eagle3DraftModel):
         raise TypeError(
             f"{checkpoint}: a {type(model).__name__}; evaluate runs EAGLE-3 drafts"
@@ -99,7 +109,7 @@ def load_session(
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     torch_dtype = resolve_dtype(dtype, device)
-    draft = load_draft(checkpoint, torch_dtype)
+    draft = load_draft(checkpoint, torch_dtype, verifier)
     causal = load_causal_verifier(
         verifier,
         draft.target_layer_ids,
