@@ -23,6 +23,7 @@ from vendorlib.build import (  # noqa: E402
 )
 from vendorlib.pin import load_pin, load_series  # noqa: E402
 
+# accelerate: big-model dispatch of verifiers (--device-map/--max-memory).
 OUR_REQUIREMENTS = ['triton; sys_platform == "linux"', "accelerate>=1.0"]
 #: Kimi-K2.5's tokenizer is tiktoken BPE (remote code that imports tiktoken).
 KIMI_REQUIREMENTS = ["tiktoken>=0.7"]
