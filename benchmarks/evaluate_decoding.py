@@ -51,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from speculators_kimi.demo import DemoSettings, run_demo
     from speculators_kimi.evaluate import DraftRunner, dataset_prompts, load_session
-    from speculators_kimi.evaluate.decode import greedy_generate, speculative_generate
+    from speculators_kimi.evaluate.decode import (
+        acceptance_length,
+        greedy_generate,
+        speculative_generate,
+    )
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     with tempfile.TemporaryDirectory() as tmp:
@@ -106,9 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_speculative_over_greedy": round(
             median["speculative"] / median["greedy"], 3
         ),
-        "mean_acceptance_length": round(
-            (sum(accepted) + len(accepted)) / max(len(accepted), 1), 3
-        ),
+        "mean_acceptance_length": round(acceptance_length(accepted), 3),
         "verifier_forwards": {"greedy": greedy_forwards, "speculative": spec_forwards},
         "outputs_equal": equal,
         "rss_anon_bytes_after": status("RssAnon"),

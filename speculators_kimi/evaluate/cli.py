@@ -103,19 +103,17 @@ def draft_checkpoint(path: str | Path) -> Path:
 
 
 def _template_kwargs(text: str | None) -> dict[str, Any] | None:
-    """``--chat-template-kwargs`` as a dict.
+    """``--chat-template-kwargs`` parsed as ``speculators prepare-data`` parses it.
 
     :raises ValueError: not a JSON object (the flag named).
     """
-    if text is None:
-        return None
+    import typer
+    from speculators.cli.prepare_data import parse_chat_template_kwargs
+
     try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"--chat-template-kwargs: not valid JSON ({err})") from None
-    if not isinstance(parsed, dict):
-        raise ValueError("--chat-template-kwargs: must be a JSON object")
-    return parsed
+        return parse_chat_template_kwargs(text)
+    except typer.BadParameter as err:
+        raise ValueError(err.format_message()) from None
 
 
 def format_report(report: dict[str, Any]) -> str:

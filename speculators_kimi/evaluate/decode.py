@@ -23,6 +23,7 @@ from .verifier import CausalVerifier
 
 __all__ = [
     "PromptResult",
+    "acceptance_length",
     "greedy_generate",
     "greedy_generate_batch",
     "speculative_generate",
@@ -40,6 +41,12 @@ class PromptResult:
     @property
     def rounds(self) -> int:
         return len(self.accepted)
+
+
+def acceptance_length(accepted: Sequence[int]) -> float:
+    """Tokens emitted per verification round: accepted draft tokens plus the
+    verifier's own one, as vLLM reports mean acceptance length."""
+    return (sum(accepted) + len(accepted)) / max(len(accepted), 1)
 
 
 def _pick(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:

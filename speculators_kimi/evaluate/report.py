@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .decode import greedy_generate, speculative_generate
+from .decode import acceptance_length, greedy_generate, speculative_generate
 from .draft import DraftRunner
 
 if TYPE_CHECKING:
@@ -102,11 +102,10 @@ def evaluate_draft(
             greedy_s += time.perf_counter() - t0
             if want.tokens != out.tokens:
                 mismatched.append(prompt.source)
-        rounds = max(len(accepted), 1)
-        bar.set_postfix(al=f"{(sum(accepted) + len(accepted)) / rounds:.2f}")
+        bar.set_postfix(al=f"{acceptance_length(accepted):.2f}")
     rounds = max(len(accepted), 1)
     return EvaluationReport(
-        mean_acceptance_length=(sum(accepted) + len(accepted)) / rounds,
+        mean_acceptance_length=acceptance_length(accepted),
         acceptance_rate_per_position=[
             sum(1 for m in accepted if m > i) / rounds for i in range(k)
         ],

@@ -9,7 +9,6 @@ tensor ``speculators train`` resolves (``resolve_verifier_weights``), read whole
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +26,14 @@ __all__ = ["CausalVerifier", "eos_token_ids", "load_causal_verifier"]
 
 
 def eos_token_ids(verifier: str | Path, text_config: PretrainedConfig) -> set[int]:
-    """The ids that end a generation: ``generation_config.json``'s, else the
-    text config's ``eos_token_id`` (an int or a list)."""
-    found: Any = None
-    gen = Path(verifier) / "generation_config.json"
-    if gen.is_file():
-        found = json.loads(gen.read_text()).get("eos_token_id")
+    """The ids that end a generation: the generation config's, else the text
+    config's ``eos_token_id`` (an int or a list)."""
+    from transformers import GenerationConfig
+
+    try:
+        found: Any = GenerationConfig.from_pretrained(str(verifier)).eos_token_id
+    except OSError:  # no generation_config.json
+        found = None
     if found is None:
         found = getattr(text_config, "eos_token_id", None)
     if found is None:
@@ -61,6 +62,14 @@ class CausalVerifier:
         self.device = input_device(self.decoder)
         self._softcap = getattr(self.text_config, "final_logit_softcapping", None)
 
+    def _logits(self, normed: torch.Tensor) -> torch.Tensor:
+        """float32 logits, on the input device, of final-norm outputs."""
+        logits = torch.nn.functional.linear(normed, self.head.to(normed.device))
+        logits = logits.float()
+        if self._softcap:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
+        return logits.to(self.device)
+
     @torch.no_grad()
     def forward(
         self, token_ids: Sequence[int], cache: Cache
@@ -75,13 +84,8 @@ class CausalVerifier:
         with self._capture:
             out = self.decoder(input_ids=ids, past_key_values=cache, use_cache=True)
         self.forwards += 1
-        last = out.last_hidden_state[0]  # after the final norm
-        head = self.head.to(last.device)
-        logits = torch.nn.functional.linear(last, head).float()
-        if self._softcap:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
         aux = self._capture.stacked(self.device)[0, :, :-1]
-        return logits.to(self.device), aux.flatten(1)
+        return self._logits(out.last_hidden_state[0]), aux.flatten(1)
 
     @torch.no_grad()
     def next_token_logits(
@@ -99,11 +103,7 @@ class CausalVerifier:
             use_cache=True,
         )
         self.forwards += 1
-        last = out.last_hidden_state[:, -1]
-        logits = torch.nn.functional.linear(last, self.head.to(last.device)).float()
-        if self._softcap:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
-        return logits.to(self.device)
+        return self._logits(out.last_hidden_state[:, -1])
 
 
 def load_causal_verifier(
