@@ -70,6 +70,7 @@ class DemoSettings:
     train_data_ratio: float = 0.9
     dtype: str = "bfloat16"
     draft_vocab_size: int = 256  # of the verifier's 512: a d2t mapping, as at scale
+    draft_arch: str = "llama"  # or "deepseek_v3": an MLA draft (vLLM's MLA EAGLE-3)
     extra_train_args: list[str] = field(default_factory=list)
     fresh: bool = False
     train: bool = True  # False: stop after the hidden states
@@ -265,6 +266,8 @@ def train_argv(verifier: Path, data: Path, run_dir: Path, s: DemoSettings) -> li
         str(data),
         "--speculator-type",
         "eagle3",
+        "--draft-arch",
+        s.draft_arch,
         "--total-seq-len",
         str(s.total_seq_len),
         "--train-data-ratio",
@@ -418,6 +421,7 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
         "lr": s.lr,
         "train_data_ratio": s.train_data_ratio,
         "draft_vocab_size": s.draft_vocab_size,
+        "draft_arch": s.draft_arch,
         "extra_train_args": list(s.extra_train_args),
     }
     stages = _Stages(
@@ -484,6 +488,7 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
         "val_loss": metrics.get("loss_epoch"),
         "val_step0_accuracy": metrics.get("full_acc_0_epoch"),
         "draft_class": type(model).__name__,
+        "draft_arch": config.get("transformer_layer_config", {}).get("model_type"),
         "draft_trainable_params": n_params,
         "draft_vocab_size": config.get("draft_vocab_size"),
         "verifier_architectures": config.get("speculators_config", {})
@@ -529,6 +534,7 @@ def format_report(r: dict[str, Any]) -> str:
             f"  data         {r['data']} ({r['samples']} samples, aux layers "
             f"{r['target_layer_ids']})",
             f"  draft        {r['checkpoint']} ({r['draft_class']}, "
+            f"{r.get('draft_arch')} layers, "
             f"{r['draft_trainable_params']} trainable parameters, draft vocabulary "
             f"{r.get('draft_vocab_size')}; verifier {r['verifier_architectures']})",
             f"  train loss   {num(r['loss_first'])} -> {num(r['loss_last'])} over "
@@ -550,6 +556,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--num-samples", type=int, default=None, help="use the first N conversations"
     )
+    parser.add_argument(
+        "--draft-arch",
+        choices=("llama", "deepseek_v3"),
+        default=d.draft_arch,
+        help="draft decoder layers: llama, or deepseek_v3 (MLA, with the verifier's "
+        "latent attention geometry)",
+    )
     parser.add_argument("--fresh", action="store_true", help="ignore finished stages")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -561,6 +574,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         max_steps=args.max_steps,
         num_samples=args.num_samples,
+        draft_arch=args.draft_arch,
         fresh=args.fresh,
     )
     report = run_demo(settings)

@@ -124,6 +124,16 @@ DRAFT_FIELDS = (
     "rms_norm_eps",
     "max_position_embeddings",
 )
+# Shown for an MLA (``--draft-arch deepseek_v3``) draft as well.
+MLA_DRAFT_FIELDS = (
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "rope_interleave",
+    "rope_parameters",
+)
 
 
 def _text_config_section(verifier: str, trust_remote_code: bool, report: Report) -> Any:
@@ -307,15 +317,47 @@ def _draft_section(verifier: str, args, report: Report) -> Any:
         draft = create_transformer_layer_config(
             verifier_name_or_path=verifier,
             num_layers=args.num_layers,
-            draft_arch="llama",
+            draft_arch=args.draft_arch,
             hidden_act=None,
             sliding_window=4096,
             full_attention_indices=list(range(args.num_layers)),
             trust_remote_code=args.trust_remote_code,
         )
-    report.draft_config = {name: getattr(draft, name, None) for name in DRAFT_FIELDS}
+    fields = DRAFT_FIELDS + (
+        MLA_DRAFT_FIELDS if args.draft_arch == "deepseek_v3" else ()
+    )
+    report.draft_config = {name: getattr(draft, name, None) for name in fields}
     report.draft_config["draft_vocab_size"] = args.draft_vocab_size
     return draft
+
+
+def draft_layer_params(draft: Any) -> int:
+    """Parameters of the EAGLE-3 decoder layers ``draft`` describes, counted on
+    the meta device from the classes training builds (any ``--draft-arch``)."""
+    import torch
+    from speculators.models.eagle3.model_definitions import model_classes
+
+    classes = model_classes[draft.model_type]
+    with torch.device("meta"):
+        built = [classes.first_layer_class(draft, layer_idx=0)]
+        built += [
+            classes.decoder_layer_class(draft, i)
+            for i in range(1, int(draft.num_hidden_layers))
+        ]
+    return sum(p.numel() for layer in built for p in layer.parameters())
+
+
+def _attention_width(draft: Any) -> int:
+    """Activations per token of one attention layer (q, k, v, output), floats."""
+    heads = int(draft.num_attention_heads)
+    if getattr(draft, "kv_lora_rank", None):  # MLA: latents, then expanded heads
+        qk = int(draft.qk_nope_head_dim) + int(draft.qk_rope_head_dim)
+        v = int(draft.v_head_dim)
+        latents = int(draft.q_lora_rank or 0) + int(draft.kv_lora_rank) + qk
+        return latents + heads * (2 * qk + 2 * v)
+    hidden = int(draft.hidden_size)
+    head_dim = int(getattr(draft, "head_dim", None) or hidden // heads)
+    return (2 * heads + 2 * int(draft.num_key_value_heads)) * head_dim
 
 
 def estimate_memory(
@@ -337,23 +379,18 @@ def estimate_memory(
     """
     hidden = int(draft.hidden_size)
     vocab = int(draft.vocab_size)
-    heads = int(draft.num_attention_heads)
-    kv_heads = int(draft.num_key_value_heads)
-    head_dim = int(getattr(draft, "head_dim", None) or hidden // heads)
     inter = int(draft.intermediate_size)
     layers = int(draft.num_hidden_layers)
-    attention = (
-        2 * hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
-    )
-    layer = attention + 3 * hidden * inter + 3 * hidden
-    trainable = layers * layer + num_aux * hidden * hidden + hidden
+    # The draft's own layer classes, counted exactly (on the meta device).
+    trainable = draft_layer_params(draft) + num_aux * hidden * hidden + hidden
     frozen = vocab * hidden + 2 * draft_vocab * hidden + hidden
     gib = 1024**3
     weights = (trainable + frozen) * FP32
     optimizer = trainable * (FP32 + ADAM_STATE_BYTES)
     inputs = seq_len * (num_aux + 1) * hidden * 2
     logits = ttt_steps * seq_len * draft_vocab * FP32 * 3
-    activations = ttt_steps * layers * seq_len * (12 * hidden + 2 * inter) * FP32
+    per_token = 4 * hidden + _attention_width(draft) + 2 * inter
+    activations = ttt_steps * layers * seq_len * per_token * FP32
     total = weights + optimizer + inputs + logits + activations
     return {
         "assumptions": (
@@ -528,6 +565,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "verifier vocabulary))",
     )
     parser.add_argument("--num-layers", type=int, default=1)
+    parser.add_argument(
+        "--draft-arch",
+        choices=("llama", "qwen3", "deepseek_v3"),
+        default="llama",
+        help="draft decoder layers to show and estimate (deepseek_v3: MLA with the "
+        "verifier's latent attention geometry)",
+    )
     add_verifier_weight_arguments(parser)
 
 

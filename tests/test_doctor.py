@@ -96,6 +96,50 @@ def test_healthy_kimi_hub_report(tmp_path, capsys):
     assert not (tmp_path / "imported").exists()
 
 
+def _mla_layer_params(c: dict, num_aux: int = 3) -> int:
+    """Trainable parameters of a one-layer MLA EAGLE-3 draft, by hand."""
+    h, heads = c["hidden_size"], c["num_attention_heads"]
+    qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+    attention = (
+        2 * h * c["q_lora_rank"]  # q_a_proj reads cat([embeds, hidden])
+        + c["q_lora_rank"]  # q_a_layernorm
+        + c["q_lora_rank"] * heads * qk  # q_b_proj
+        + 2 * h * (c["kv_lora_rank"] + c["qk_rope_head_dim"])  # kv_a_proj_with_mqa
+        + c["kv_lora_rank"]  # kv_a_layernorm
+        + c["kv_lora_rank"] * heads * (c["qk_nope_head_dim"] + c["v_head_dim"])
+        + heads * c["v_head_dim"] * h  # o_proj
+    )
+    mlp = 3 * h * c["intermediate_size"]
+    norms = 3 * h  # input, hidden, post-attention
+    return attention + mlp + norms + num_aux * h * h + h  # + fc, final norm
+
+
+def test_mla_draft_config_and_estimate(tmp_path, capsys):
+    path = kimi_hub(tmp_path / "kimi")
+    text = json.loads((path / "config.json").read_text())["text_config"]
+    code, llama = _doctor(capsys, str(path))
+    code_mla, mla = _doctor(capsys, str(path), "--draft-arch", "deepseek_v3")
+    assert code == code_mla == 0, mla["problems"]
+    draft = mla["draft_config"]
+    assert draft["model_type"] == "deepseek_v3"
+    for name in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim"):
+        assert draft[name] == text[name], name
+    assert (draft["qk_rope_head_dim"], draft["v_head_dim"]) == (
+        text["qk_rope_head_dim"],
+        32,
+    )
+    assert mla["estimated_memory"]["trainable_params"] == _mla_layer_params(draft)
+    assert (
+        mla["estimated_memory"]["trainable_params"]
+        != llama["estimated_memory"]["trainable_params"]
+    )
+    assert "q_lora_rank" not in llama["draft_config"]
+    cli.main(["doctor", str(path), "--draft-arch", "deepseek_v3"])
+    out = capsys.readouterr().out
+    assert "model_type=deepseek_v3" in out
+    assert "kv_lora_rank=" in out
+
+
 def test_text_output(tmp_path, capsys):
     path = kimi_hub(tmp_path / "kimi")
     assert cli.main(["doctor", str(path)]) == 0

@@ -7,7 +7,6 @@ import math
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run
+from helpers import free_port, run
 from safetensors.torch import load_file
 from speculators.models import Eagle3DraftModel
 
@@ -41,13 +40,6 @@ def tiny(tmp_path_factory) -> tuple[TinyVerifierSpec, Path, Path]:
     verifier = build_verifier(spec, out / "verifier")
     data = build_dataset(spec, verifier, out / "data")
     return spec, verifier, data
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (for torchrun's rendezvous)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def check_run(out: str, save: Path) -> list[float]:

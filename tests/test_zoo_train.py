@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from helpers import run
+from helpers import free_port, run
 from transformers import DynamicCache
 from zoo_builders import BUILDERS, Member
 
@@ -126,11 +126,11 @@ def _check_convention(zoo: Member, layer_ids: list[int]) -> None:
 LAYERNORM_FAMILY = ("gpt-neox", "falcon")
 
 
-def _generate(member: str, tmp_path: Path):
+def _generate(member: str, tmp_path: Path, n: int = 12):
     zoo = ZOO[member](tmp_path / "verifier")
-    data = _dataset(tmp_path / "data", int(zoo.embed.shape[0]))
+    data = _dataset(tmp_path / "data", int(zoo.embed.shape[0]), n)
     res = generate_hidden_states(zoo.path, data, progress=False)
-    assert res.written == 12
+    assert res.written == n
     _check_convention(zoo, res.target_layer_ids)
     return zoo, data, res
 
@@ -194,6 +194,48 @@ def test_zoo_member_trains(member, tmp_path):
     _check_evaluate(zoo, ckpt, data)
     if zoo.marker is not None:
         assert not zoo.marker.exists(), "checkpoint code was imported"
+
+
+def test_mla_draft_trains_with_torchrun(tmp_path):
+    """``--draft-arch deepseek_v3`` on Kimi-K2.5: two gloo processes, the MLA
+    draft saved, reloaded and decoding losslessly against its verifier."""
+    zoo, data, _ = _generate("kimi-k25", tmp_path, n=40)  # both ranks take 2 steps
+    spec = tiny.TinyVerifierSpec()
+    argv = tiny.train_command(spec, zoo.path, data, tmp_path / "run", max_steps=STEPS)
+    cmd = [
+        str(BIN / "torchrun"),
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "speculators.train",
+        *argv[2:],
+        "--draft-arch",
+        "deepseek_v3",
+    ]
+    proc = run(cmd, cwd=tmp_path, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert out.count("Destroyed distributed process group") == 2, out[-3000:]
+    ckpt = tmp_path / "run" / "checkpoints" / "0"
+    state = json.loads((ckpt / "training_state.json").read_text())
+    assert state["global_step"] == STEPS, out[-3000:]
+    config = json.loads((ckpt / "config.json").read_text())
+    layer = config["transformer_layer_config"]
+    assert layer["model_type"] == "deepseek_v3"
+    text = json.loads((zoo.path / "config.json").read_text())["text_config"]
+    for name in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+        assert layer[name] == text[name], name
+    assert config["norm_before_fc"] is False
+
+    from speculators import SpeculatorModel
+
+    draft = SpeculatorModel.from_pretrained(str(ckpt))
+    assert type(draft.layers[0]).__name__ == "DeepseekV3DecoderEagle3FirstLayer"
+    assert "layers.0.self_attn.kv_b_proj.weight" in draft.state_dict()
+    _check_evaluate(zoo, ckpt, data)
 
 
 def _check_evaluate(zoo: Member, ckpt: Path, data: Path) -> None:

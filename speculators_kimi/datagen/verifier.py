@@ -69,12 +69,12 @@ class Placement:
         return kwargs | {"offload_folder": folder}
 
 
-def parse_max_memory(text: str) -> dict[int | str, str]:
+def parse_max_memory(text: str) -> dict[int | str, int | str]:
     """``"0=70GiB,1=70GiB,cpu=200GiB"`` as ``accelerate``'s ``max_memory`` dict.
 
     :raises ValueError: an entry is not ``DEVICE=SIZE``.
     """
-    out: dict[int | str, str] = {}
+    out: dict[int | str, int | str] = {}
     for entry in filter(None, (e.strip() for e in text.split(","))):
         device, sep, size = entry.partition("=")
         if not sep or not device or not size:

@@ -72,6 +72,14 @@ def triton_attention_forward(
         raise ValueError(
             f"The 'triton' draft attention backend has no dropout (got {dropout})."
         )
+    if value.shape[-1] != query.shape[-1]:
+        raise ValueError(
+            "The 'triton' draft attention backend needs one head dim for queries, "
+            f"keys and values; this draft's q/k heads are {query.shape[-1]} wide and "
+            f"its v heads {value.shape[-1]} (multi-head latent attention, "
+            "--draft-arch deepseek_v3). Train it with --draft-attn-impl "
+            "simple_flex_attention (GPU) or sdpa."
+        )
     from speculators_kimi.kernels import draft_attention
 
     out = draft_attention(

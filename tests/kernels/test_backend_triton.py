@@ -187,3 +187,18 @@ def test_custom_mask_mods_are_refused(triton_backend):
     # e.g. P-EAGLE's masks: the kernels implement only the Eagle3 TTT mask.
     with pytest.raises(NotImplementedError, match="'triton'"):
         triton_backend.mask_from_mod(lambda b, h, q, kv: q >= kv, 4, 4, "cpu")
+
+
+def test_mla_head_dims_are_refused_with_the_fix():
+    """MLA drafts (q/k heads wider than v heads) name the backends that train them."""
+    from speculators_kimi.kernels.backend import TritonBackend, triton_attention_forward
+
+    n = 8
+    mask = TritonBackend().build_mask(torch.zeros(n, dtype=torch.long), n, "cpu")
+    q = torch.randn(1, 2, n, 24)  # qk_nope 16 + qk_rope 8
+    v = torch.randn(1, 2, n, 16)  # v_head_dim
+    with pytest.raises(ValueError, match="--draft-attn-impl") as err:
+        triton_attention_forward(torch.nn.Module(), q, q, v, mask)
+    assert "deepseek_v3" in str(err.value)
+    assert "24" in str(err.value)
+    assert "16" in str(err.value)
