@@ -134,6 +134,28 @@ def test_first_ttt_step_matches_transformers_attention(kimi, draft_attn_impl):
     torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_flex_attention_equals_sdpa_through_three_ttt_steps(kimi):
+    """The GPU default backend takes MLA's q/k head dim != v head dim. Forward
+    only: flex attention has no CPU backward."""
+    n = 256  # flex attention's block masks are 128 wide
+    generator = torch.Generator().manual_seed(1)
+    hidden_size = _mla_draft(kimi).hidden_size
+    batch = {
+        "hidden_states": torch.randn(1, n, 3 * hidden_size, generator=generator),
+        "input_ids": torch.randint(0, verifiers.VOCAB, (1, n), generator=generator),
+        "document_ids": torch.tensor([[0] * 130 + [1] * 126]),
+    }
+    logits = {}
+    for impl in ("sdpa", "simple_flex_attention"):
+        model = _mla_draft(kimi, draft_attn_impl=impl).eval()
+        with torch.no_grad():
+            logits[impl] = _step_logits(model, batch, ttt_steps=3)
+    for step, (want, got) in enumerate(
+        zip(logits["sdpa"], logits["simple_flex_attention"], strict=True)
+    ):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=f"step {step}")
+
+
 def test_gradients_finite_through_three_ttt_steps(kimi):
     model = _mla_draft(kimi, ttt_steps=3, draft_attn_impl="sdpa")
     batch = _batch(model.hidden_size)
