@@ -14,6 +14,16 @@ writes a new directory; the checkpoint stays as upstream wrote it:
   ``target_hidden_size`` and ``eagle_aux_hidden_state_layer_ids`` written out;
 * ``embed_tokens.weight`` dropped when it equals the verifier's (always so when
   training froze it), ``t2d`` dropped (vLLM does not read it), ``d2t`` kept.
+
+A draft with DeepSeek-V3 (MLA) layers (``transformer_layer_config.model_type``
+``deepseek_v3``, ``speculators train --draft-arch deepseek_v3``) is written in the
+native Hugging Face layout instead: vLLM 0.33's speculators parser maps only
+llama/qwen3 layers, while its ``Eagle3DeepseekV3ForCausalLM`` loads a plain
+DeepSeek MLA ``config.json`` (:func:`_mla_serving_config`, ``model_type``
+``deepseek_v2``) passed as ``--speculative-config '{"model": DIR, "method":
+"eagle3"}'``; the tensors keep their names and the same tensors are dropped.
+vLLM cannot detect such a directory as a draft by itself, so ``vllm serve DIR``
+is not a way to serve it.
 """
 
 from __future__ import annotations
@@ -32,6 +42,11 @@ __all__ = ["ExportResult", "export_draft", "hub_id_of", "launch_commands"]
 
 _CACHE_REPO = re.compile(r"models--([^/]+?)--([^/]+)/snapshots/")
 _DROPPED = ("t2d",)
+#: The trained draft layer type that vLLM serves with its MLA EAGLE-3 class.
+MLA_LAYER_TYPE = "deepseek_v3"
+MLA_ARCHITECTURE = "Eagle3DeepseekV3ForCausalLM"
+#: The ``model_type`` the native export declares (see :func:`_mla_serving_config`).
+MLA_SERVE_MODEL_TYPE = "deepseek_v2"
 
 
 class ExportError(ValueError):
@@ -47,6 +62,9 @@ class ExportResult:
     num_speculative_tokens: int
     tensors: list[str]
     dropped: dict[str, str] = field(default_factory=dict)  # name -> why
+    #: ``speculators`` (the speculators format) or ``native`` (an HF config for
+    #: vLLM's ``Eagle3DeepseekV3ForCausalLM``, MLA drafts).
+    layout: str = "speculators"
 
 
 def _is_hub_id(name: str | None) -> bool:
@@ -113,6 +131,16 @@ def _embedding_is_verifiers(
     return False, "trained (embed_requires_grad true) and the verifier is not here"
 
 
+def _aux_layer_ids(config: dict[str, Any]) -> list[int]:
+    ids = config.get("eagle_aux_hidden_state_layer_ids")
+    if not ids:
+        raise ExportError(
+            "config.json has no eagle_aux_hidden_state_layer_ids; reload the "
+            "checkpoint with SpeculatorModel.from_pretrained and save it again"
+        )
+    return [int(i) for i in ids]
+
+
 def _serving_config(config: dict[str, Any], verifier_id: str, hidden: int) -> dict:
     layer = dict(config["transformer_layer_config"])
     if layer.get("head_dim") is None:
@@ -121,14 +149,62 @@ def _serving_config(config: dict[str, Any], verifier_id: str, hidden: int) -> di
     out["transformer_layer_config"] = layer
     out["draft_vocab_size"] = int(config.get("draft_vocab_size") or layer["vocab_size"])
     out["target_hidden_size"] = int(config.get("target_hidden_size") or hidden)
-    if not config.get("eagle_aux_hidden_state_layer_ids"):
-        raise ExportError(
-            "config.json has no eagle_aux_hidden_state_layer_ids; reload the "
-            "checkpoint with SpeculatorModel.from_pretrained and save it again"
-        )
+    _aux_layer_ids(config)
     spec = dict(config["speculators_config"])
     spec["verifier"] = dict(spec["verifier"], name_or_path=verifier_id)
     out["speculators_config"] = spec
+    return out
+
+
+def _mla_serving_config(
+    config: dict[str, Any], hidden: int, has_input_norm: bool
+) -> dict:
+    """The native ``config.json`` vLLM 0.33's ``Eagle3DeepseekV3ForCausalLM``
+    reads: the trained DeepSeek-V3 layer config (every MLA field: q/kv LoRA ranks,
+    nope/rope/v head dims, ``rope_parameters``, ``rope_interleave``), as the
+    top-level config with the EAGLE-3 fields beside it.
+
+    ``model_type`` is ``deepseek_v2`` (same MLA fields; vLLM builds both with
+    ``DeepseekV2MLAAttention``), the one value vLLM 0.33's eagle3 path takes as
+    an MLA draft: its draft ``hf_overrides`` (``SpeculativeConfig.
+    hf_config_override``) rewrite every ``deepseek_v3`` draft config into its MTP
+    draft (``DeepSeekMTPModel``, which ``EAGLEConfig`` then names the unregistered
+    ``Eagle3DeepSeekMTPModel``), and ``kimi_k2`` is not in the list of EAGLE
+    drafts it treats as MLA (``use_mla`` false, vllm#45760).
+    The aux layer ids go both top level (vLLM's model runner reads them there)
+    and in ``eagle_config`` (where ``DeepseekV2Eagle3Model`` counts them).
+    """
+    layer = dict(config["transformer_layer_config"])
+    if has_input_norm or config.get("norm_before_fc"):
+        raise ExportError(
+            "the draft was trained with norm_before_fc (an input_norm before fc); "
+            f"vLLM's {MLA_ARCHITECTURE} has no input norm before fc, so it would "
+            "serve a different function: retrain the draft without --norm-before-fc"
+        )
+    if not layer.get("rope_interleave", True):
+        raise ExportError(
+            "the draft's DeepSeek-V3 layer has rope_interleave false; vLLM's MLA "
+            "attention applies rotary embeddings interleaved (is_neox_style=False) "
+            "only: retrain the draft with rope_interleave true"
+        )
+    aux = _aux_layer_ids(config)
+    layer.pop("architectures", None)
+    layer.pop("_name_or_path", None)
+    out: dict[str, Any] = {
+        "architectures": [MLA_ARCHITECTURE],
+        "model_type": MLA_SERVE_MODEL_TYPE,
+        **{k: v for k, v in layer.items() if k != "model_type"},
+    }
+    out["vocab_size"] = int(layer["vocab_size"])  # the target's: d2t maps onto it
+    out["draft_vocab_size"] = int(config.get("draft_vocab_size") or layer["vocab_size"])
+    out["target_hidden_size"] = int(config.get("target_hidden_size") or hidden)
+    out["eagle_aux_hidden_state_layer_ids"] = aux
+    out["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": aux}
+    for key in ("norm_output", "fc_norm", "norm_before_residual"):
+        out[key] = bool(config.get(key, False))
+    out["tie_word_embeddings"] = bool(config.get("tie_word_embeddings", False))
+    if config.get("dtype") or config.get("torch_dtype"):
+        out["dtype"] = config.get("dtype") or config.get("torch_dtype")
     return out
 
 
@@ -140,11 +216,13 @@ def export_draft(
     keep_embeddings: bool = False,
     verifier: str | None = None,
 ) -> ExportResult:
-    """Write ``out``: ``checkpoint`` in the form ``vllm serve out`` accepts.
+    """Write ``out``: ``checkpoint`` in the form vLLM serves (``vllm serve out``
+    for Llama-style layers; ``--speculative-config`` for MLA layers).
 
     :param verifier: a local copy of the verifier to compare the embedding with
         (default: the path recorded in the checkpoint, when it exists).
-    :raises ExportError: no Hub id for the verifier, or ``out`` is the checkpoint.
+    :raises ExportError: no Hub id for the verifier, ``out`` is the checkpoint, or
+        an MLA draft vLLM cannot serve as trained (``norm_before_fc``).
     """
     from safetensors.torch import load_file, save_file
 
@@ -176,6 +254,14 @@ def export_draft(
             "names an existing local path, which vLLM refuses)"
         )
     tensors = load_file(str(checkpoint / "model.safetensors"))
+    text_hidden = int(config["transformer_layer_config"]["hidden_size"])
+    mla = config["transformer_layer_config"].get("model_type") == MLA_LAYER_TYPE
+    if mla:
+        serving = _mla_serving_config(
+            config, text_hidden, "input_norm.weight" in tensors
+        )
+    else:
+        serving = _serving_config(config, hub_id, text_hidden)
     dropped: dict[str, str] = {}
     for name in _DROPPED:
         if tensors.pop(name, None) is not None:
@@ -187,20 +273,24 @@ def export_draft(
         if same:
             del tensors["embed_tokens.weight"]
             dropped["embed_tokens.weight"] = f"the verifier's ({how}); vLLM shares it"
-    text_hidden = int(config["transformer_layer_config"]["hidden_size"])
-    serving = _serving_config(config, hub_id, text_hidden)
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(serving, indent=2) + "\n")
-    for extra in ("config.py", "generation_config.json"):
+    # config.py is the speculators config class: the native layout has no use for it.
+    for extra in (
+        ("generation_config.json",) if mla else ("config.py", "generation_config.json")
+    ):
         if (checkpoint / extra).is_file():
             shutil.copy2(checkpoint / extra, out / extra)
-    k = int(serving["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
-    return ExportResult(out, hub_id, k, sorted(tensors), dropped)
+    methods = config["speculators_config"]["proposal_methods"]
+    k = int(methods[0]["speculative_tokens"])
+    layout = "native" if mla else "speculators"
+    return ExportResult(out, hub_id, k, sorted(tensors), dropped, layout)
 
 
 def launch_commands(result: ExportResult) -> list[str]:
-    """The two ways to serve the export with vLLM."""
+    """The ways to serve the export with vLLM: two for the speculators layout,
+    one (``--speculative-config``) for the native MLA layout."""
     spec = json.dumps(
         {
             "model": str(result.out.resolve()),
@@ -208,11 +298,13 @@ def launch_commands(result: ExportResult) -> list[str]:
             "num_speculative_tokens": result.num_speculative_tokens,
         }
     )
-    return [
-        f"vllm serve {shlex.quote(str(result.out.resolve()))}",
+    with_config = (
         f"vllm serve {shlex.quote(result.verifier_id)} --speculative-config "
-        f"{shlex.quote(spec)}",
-    ]
+        f"{shlex.quote(spec)}"
+    )
+    if result.layout == "native":
+        return [with_config]
+    return [f"vllm serve {shlex.quote(str(result.out.resolve()))}", with_config]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -253,7 +345,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"exported {args.checkpoint} -> {result.out} (verifier {result.verifier_id})")
     for name, why in result.dropped.items():
         print(f"  dropped {name}: {why}")
-    print("serve it with either:")
+    if result.layout == "native":
+        print(
+            f"an MLA draft, written for vLLM's {MLA_ARCHITECTURE} (native layout); "
+            "vLLM cannot detect it as a draft from `vllm serve DIR`, so serve the "
+            "verifier with it as the speculative model:"
+        )
+    else:
+        print("serve it with either:")
     for command in launch_commands(result):
         print(f"  {command}")
     return 0

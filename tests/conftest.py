@@ -32,3 +32,15 @@ def trained_demo(tmp_path_factory) -> dict:
 
     out = tmp_path_factory.mktemp("trained-demo")
     return run_demo(DemoSettings(out=out, num_samples=80, epochs=3))
+
+
+@pytest.fixture(scope="session")
+def trained_mla_demo(tmp_path_factory) -> dict:
+    """A small demo with an MLA draft (`--draft-arch deepseek_v3`: DeepSeek-V3
+    latent attention layers; 40 conversations, 1 epoch): its report."""
+    from speculators_kimi.demo import DemoSettings, run_demo
+
+    out = tmp_path_factory.mktemp("trained-mla-demo")
+    return run_demo(
+        DemoSettings(out=out, num_samples=40, epochs=1, draft_arch="deepseek_v3")
+    )

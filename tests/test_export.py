@@ -143,3 +143,179 @@ def test_vllm_accepts_and_loads_the_export(trained_demo, tmp_path):
     step = report["one_step"]
     assert step["max_abs_logit_diff"] < 1e-4, step
     assert step["same_argmax"] and step["same_masked_tokens"]
+
+
+#: The MLA fields of a DeepSeek-V3 layer vLLM's DeepseekV2MLAAttention reads.
+MLA_FIELDS = (
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "rope_parameters",
+    "rope_interleave",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "rms_norm_eps",
+    "hidden_act",
+)
+
+
+def _mla_layer_tensors(q_lora: bool) -> set[str]:
+    attn = ["kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj"]
+    attn += ["q_a_proj", "q_a_layernorm", "q_b_proj"] if q_lora else ["q_proj"]
+    return {
+        *(f"layers.0.self_attn.{name}.weight" for name in attn),
+        *(
+            f"layers.0.mlp.{name}.weight"
+            for name in ("gate_proj", "up_proj", "down_proj")
+        ),
+        *(
+            f"layers.0.{name}.weight"
+            for name in ("input_layernorm", "hidden_norm", "post_attention_layernorm")
+        ),
+        "fc.weight",
+        "norm.weight",
+        "lm_head.weight",
+        "d2t",
+    }
+
+
+def test_mla_export_writes_vllms_native_config(trained_mla_demo, tmp_path):
+    """An MLA draft: the native config vLLM's Eagle3DeepseekV3ForCausalLM reads,
+    served only through --speculative-config."""
+    ckpt = Path(trained_mla_demo["checkpoint"])
+    trained = json.loads((ckpt / "config.json").read_text())
+    layer = trained["transformer_layer_config"]
+    assert layer["model_type"] == "deepseek_v3"
+    assert not trained["norm_before_fc"]
+    before = _digests(ckpt)
+
+    out = tmp_path / "serve"
+    proc = run(
+        [str(BIN / "speculators-kimi"), "export", str(ckpt), "--out", str(out)]
+        + ["--verifier-id", HUB_ID]
+    )
+    spec = json.dumps(
+        {"model": str(out.resolve()), "method": "eagle3", "num_speculative_tokens": 3}
+    )
+    assert f"vllm serve {HUB_ID} --speculative-config '{spec}'" in proc.stdout
+    assert f"vllm serve {out.resolve()}\n" not in proc.stdout
+    assert "cannot detect it as a draft from `vllm serve DIR`" in proc.stdout
+
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["Eagle3DeepseekV3ForCausalLM"]
+    # deepseek_v3 is rewritten into vLLM's MTP draft, kimi_k2 is not MLA there.
+    assert config["model_type"] == "deepseek_v2"
+    for key in MLA_FIELDS:
+        assert config[key] == layer[key], key
+    assert config["q_lora_rank"] and config["kv_lora_rank"]
+    assert config["rope_interleave"] is True
+    assert config["rope_parameters"]["rope_type"] == "default"
+    assert config["vocab_size"] == 512  # the target's
+    assert config["draft_vocab_size"] == 256
+    assert config["target_hidden_size"] == layer["hidden_size"]
+    aux = trained["eagle_aux_hidden_state_layer_ids"]
+    assert aux == [2, 4, 5]
+    assert config["eagle_aux_hidden_state_layer_ids"] == aux
+    assert config["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": aux}
+    for key in ("norm_output", "fc_norm", "norm_before_residual"):
+        assert config[key] is trained[key], key
+    assert "speculators_config" not in config and "auto_map" not in config
+    assert not (out / "config.py").exists()
+
+    tensors = load_file(out / "model.safetensors")
+    saved = load_file(ckpt / "model.safetensors")
+    assert set(tensors) == _mla_layer_tensors(q_lora=True)
+    assert {"t2d", "embed_tokens.weight"} <= set(saved)  # both dropped
+    for name, tensor in tensors.items():
+        assert torch.equal(tensor, saved[name]), name
+    hidden = layer["hidden_size"]
+    attn = "layers.0.self_attn."
+    # Layer 0's down-projections read cat([embeds, hidden]).
+    assert tensors[attn + "q_a_proj.weight"].shape == (layer["q_lora_rank"], 2 * hidden)
+    assert tensors[attn + "kv_a_proj_with_mqa.weight"].shape == (
+        layer["kv_lora_rank"] + layer["qk_rope_head_dim"],
+        2 * hidden,
+    )
+    assert tensors["fc.weight"].shape == (hidden, len(aux) * hidden)
+    assert _digests(ckpt) == before
+
+
+def test_mla_export_refuses_norm_before_fc(trained_mla_demo, tmp_path):
+    """vLLM's MLA EAGLE-3 class has no input norm before fc: refused, not dropped."""
+    from safetensors.torch import save_file
+
+    ckpt = Path(trained_mla_demo["checkpoint"])
+    copy = tmp_path / "ckpt"
+    copy.mkdir()
+    for item in ckpt.iterdir():
+        if item.is_file():
+            (copy / item.name).write_bytes(item.read_bytes())
+    config = json.loads((copy / "config.json").read_text())
+    config["norm_before_fc"] = True
+    (copy / "config.json").write_text(json.dumps(config))
+    tensors = load_file(copy / "model.safetensors")
+    width = tensors["fc.weight"].shape[1]
+    tensors["input_norm.weight"] = torch.ones(width, dtype=tensors["fc.weight"].dtype)
+    save_file(tensors, str(copy / "model.safetensors"))
+
+    with pytest.raises(ExportError) as refused:
+        export_draft(copy, tmp_path / "out", verifier_id=HUB_ID)
+    message = str(refused.value)
+    assert "Eagle3DeepseekV3ForCausalLM has no input norm before fc" in message
+    assert "retrain the draft without --norm-before-fc" in message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_vllm_loads_the_mla_export(trained_mla_demo, tmp_path):
+    """vLLM 0.33's own code on CPU, as `vllm serve VERIFIER --speculative-config`
+    builds the draft: its config handling, its Eagle3DeepseekV3ForCausalLM, its
+    load_weights (see tools/vllm_check.py: only MLAAttention is stubbed)."""
+    ckpt = Path(trained_mla_demo["checkpoint"])
+    out = tmp_path / "serve"
+    export_draft(ckpt, out, verifier_id=HUB_ID)
+    report_file = tmp_path / "vllm.json"
+    run(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "vllm_check.py"),
+            str(out),
+            "--checkpoint",
+            str(ckpt),
+            "--verifier",
+            trained_mla_demo["verifier"],
+            "--json",
+            str(report_file),
+        ],
+        timeout=1800,
+    )
+    report = json.loads(report_file.read_text())
+    assert report["layout"] == "native"
+    parsed = report["parsed"]
+    layer = json.loads((ckpt / "config.json").read_text())["transformer_layer_config"]
+    # vLLM's EAGLEConfig wraps the draft's config; its MLA detection accepts it.
+    assert parsed["hf_config_class"] == "EAGLEConfig"
+    assert parsed["wrapped_model_type"] == "deepseek_v2"
+    assert parsed["architecture"] == "Eagle3DeepseekV3ForCausalLM"
+    assert parsed["use_mla"] is True
+    assert parsed["head_size"] == layer["kv_lora_rank"] + layer["qk_rope_head_dim"]
+    for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
+        assert parsed[key] == layer[key], key
+    assert parsed["draft_vocab_size"] == 256 and parsed["vocab_size"] == 512
+    assert parsed["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
+    assert report["draft_module"].endswith(
+        "deepseek_eagle3.Eagle3DeepseekV2ForCausalLM"
+    )
+    # Why the export is not labelled deepseek_v3, and why `vllm serve DIR` is no way.
+    assert "Eagle3DeepSeekMTPModel" in report["deepseek_v3_refused"]
+    assert report["serve_dir_speculative"] is None
+    assert "MLAAttention" in report["stubbed"]
+    assert report["parameters_not_loaded"] == []
+    assert report["shared_from_verifier"] == ["model.embed_tokens.weight"]
+    step = report["one_step"]
+    assert step["max_abs_logit_diff"] < 1e-4, step
+    assert step["same_argmax"] and step["same_masked_tokens"]

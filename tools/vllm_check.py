@@ -28,6 +28,37 @@ Stubbed, because it has no CPU implementation in a CUDA wheel: only vLLM's paged
 ``scaled_dot_product_attention`` over the step's tokens, honouring the layer's
 sliding window. vLLM's compiled custom ops (``vllm._C``) are absent; its layers
 run their ``forward_native`` paths. ``torch.compile`` is off.
+
+An MLA export (native layout, ``Eagle3DeepseekV3ForCausalLM``; no
+``speculators_config``) goes the way ``vllm serve VERIFIER --speculative-config
+'{"model": EXPORT, "method": "eagle3"}'`` takes it instead:
+
+- vLLM's own ``ModelConfig`` for the target and ``SpeculativeConfig`` for the
+  draft: the draft ``ModelConfig`` (with the draft ``hf_overrides`` vLLM composes),
+  its ``EAGLEConfig`` wrapper and architecture update, then ``VllmConfig`` over
+  both. The target is a text-only stand-in of the verifier when the verifier is
+  multimodal (its ``text_config`` and tokenizer in a scratch directory: vLLM's
+  multimodal Kimi-K2.5 config needs an image processor the tiny verifier lacks;
+  the draft only reads the target's size, dtype and tokenizer). Recorded: the
+  parsed fields, ``draft_model_config.use_mla`` (MLA KV cache), the resolved
+  class; the same export relabelled ``deepseek_v3`` is run through it too
+  (vLLM 0.33 rewrites that into its MTP draft and refuses it, message recorded),
+  and ``maybe_override_with_speculators`` on the export (``vllm serve EXPORT``:
+  no speculative config, so that form cannot serve it);
+- the class ``ModelRegistry`` resolves, built under that ``VllmConfig``,
+  NaN-filled, loaded through its own ``load_weights``, and the one-step logits
+  compared, as above.
+
+Stubbed on that path, instead of ``Attention``: only vLLM's ``MLAAttention``
+(``vllm.model_executor.layers.mla.MLAAttention``, the paged latent-cache attention
+op inside ``MultiHeadLatentAttentionWrapper``; CUDA/ROCm backends only). The stub
+computes what its prefill path computes, in plain PyTorch: ``k_nope, v`` from the
+module's own ``kv_b_proj`` over ``kv_c_normed``, ``k = cat(k_nope, k_pe)`` with
+``k_pe`` shared by every head, causal ``scaled_dot_product_attention`` with the
+module's own softmax ``scale``, output ``[tokens, heads * v_head_dim]``. vLLM's
+q/kv down-projections (fused ``fused_qkv_a_proj``), latent RMSNorms, ``q_b_proj``,
+interleaved rotary embedding, ``o_proj``, MLP, norms, ``fc`` and ``lm_head`` run
+as vLLM's code.
 """
 
 from __future__ import annotations
@@ -161,6 +192,58 @@ def _stub_attention() -> None:
     vllm_llama.Attention = SdpaAttention  # type: ignore[misc]
 
 
+#: What the MLA path replaces, for the JSON report.
+MLA_STUB = (
+    "vllm.model_executor.layers.mla.MLAAttention (the paged MLA attention op) -> "
+    "plain PyTorch: k_nope, v = kv_b_proj(kv_c_normed) (the module's own), "
+    "k = cat(k_nope, k_pe), causal scaled_dot_product_attention at the module's "
+    "own scale; the rest of MultiHeadLatentAttentionWrapper is vLLM's"
+)
+
+
+def _stub_mla_attention() -> None:
+    """vLLM's ``MLAAttention`` -> the same math (its MHA/prefill form) in PyTorch."""
+    import torch
+    import vllm.model_executor.layers.mla as vllm_mla
+
+    class SdpaMLAAttention(torch.nn.Module):
+        def __init__(
+            self,
+            num_heads: int,
+            scale: float,
+            qk_nope_head_dim: int,
+            qk_rope_head_dim: int,
+            v_head_dim: int,
+            kv_b_proj: torch.nn.Module,
+            **_: object,
+        ) -> None:
+            super().__init__()
+            self.heads, self.scale = num_heads, scale
+            self.nope, self.rope, self.v = (
+                qk_nope_head_dim,
+                qk_rope_head_dim,
+                v_head_dim,
+            )
+            self.kv_b_proj = kv_b_proj  # as vLLM's MLAAttention holds it
+
+        def forward(self, q, kv_c_normed, k_pe, output_shape=None, **_):  # type: ignore[no-untyped-def]
+            n = q.shape[0]
+            kv = self.kv_b_proj(kv_c_normed)[0].view(n, self.heads, self.nope + self.v)
+            k_nope, v = kv.split([self.nope, self.v], dim=-1)
+            k = torch.cat([k_nope, k_pe.expand(n, self.heads, self.rope)], dim=-1)
+            q = q.view(n, self.heads, self.nope + self.rope)
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(0, 1),
+                k.transpose(0, 1),
+                v.transpose(0, 1),
+                is_causal=True,
+                scale=self.scale,
+            )
+            return out.transpose(0, 1).reshape(output_shape or (n, -1))
+
+    vllm_mla.MLAAttention = SdpaMLAAttention  # type: ignore[misc]
+
+
 def _build_draft(hf_config, target_layers: int, target_vocab: int):  # type: ignore[no-untyped-def]
     import types
 
@@ -209,17 +292,83 @@ def _build_draft(hf_config, target_layers: int, target_vocab: int):  # type: ign
         return cls(vllm_config=config), arch, config
 
 
+def _load_and_check(draft, config, tensors: dict, ours) -> dict:  # type: ignore[no-untyped-def]
+    """NaN-fill ``draft``, load ``tensors`` with its ``load_weights``, share the
+    verifier's embedding when the export has none; what no tensor reached."""
+    import torch
+    from vllm.config import set_current_vllm_config
+
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.fill_(float("nan")) if p.is_floating_point() else p.fill_(-1)
+    with set_current_vllm_config(config):
+        draft.load_weights(iter(tensors.items()))
+    shared = []
+    if "embed_tokens.weight" not in tensors:  # vLLM's proposer shares the target's
+        with torch.no_grad():
+            draft.model.embed_tokens.weight.copy_(ours.embed_tokens.weight)
+        shared.append("model.embed_tokens.weight")
+    unloaded = [
+        name
+        for name, p in draft.named_parameters()
+        if (p.isnan().any() if p.is_floating_point() else (p < 0).all())
+    ]
+    return {
+        "tensors": sorted(tensors),
+        "shared_from_verifier": shared,
+        "parameters_not_loaded": unloaded,
+    }
+
+
+def _one_step(draft, config, ours, verifier, tokens: int) -> dict:  # type: ignore[no-untyped-def]
+    """One draft step over a prompt: vLLM's draft against our DraftRunner."""
+    import torch
+    from transformers import DynamicCache
+    from vllm.config import set_current_vllm_config
+
+    from speculators_kimi.evaluate import DraftRunner
+
+    gen = torch.Generator().manual_seed(0)
+    vocab = int(verifier.text_config.vocab_size)
+    prompt = torch.randint(0, vocab, (tokens,), generator=gen).tolist()
+    _, aux = verifier.forward(prompt, DynamicCache())
+    ids = torch.tensor(prompt[1:])
+    with torch.no_grad(), set_current_vllm_config(config):
+        states = draft.combine_hidden_states(aux[:-1])
+        # vLLM runs the pair (x[j+1], g[j]) at the target's position j.
+        hidden, _ = draft(ids, torch.arange(len(prompt) - 1), states)
+        theirs = draft.compute_logits(hidden).float()
+    runner = DraftRunner(ours, "cpu")
+    _, logits = runner.step(ids, runner.project(aux[:-1]), 1)
+    mine = logits.new_full((logits.shape[0], vocab), float("-inf"))
+    mine[:, runner.draft_to_target] = logits
+    finite = torch.isfinite(mine)
+    return {
+        "tokens": len(prompt) - 1,
+        "max_abs_logit_diff": float((theirs[finite] - mine[finite]).abs().max()),
+        "same_masked_tokens": bool(torch.equal(finite, torch.isfinite(theirs))),
+        "same_argmax": bool(torch.equal(theirs.argmax(-1), mine.argmax(-1))),
+    }
+
+
 def inner(args: argparse.Namespace) -> dict:
+    """The check for the export's layout (speculators format, or native MLA)."""
+    config = json.loads((Path(args.export) / "config.json").read_text())
+    if "speculators_config" in config:
+        return _inner_speculators(args)
+    return _inner_native_mla(args, config)
+
+
+def _inner_speculators(args: argparse.Namespace) -> dict:
     import torch
     from safetensors.torch import load_file
-    from transformers import DynamicCache
     from vllm.transformers_utils.config import maybe_override_with_speculators
     from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
 
-    from speculators_kimi.evaluate import DraftRunner, load_draft
+    from speculators_kimi.evaluate import load_draft
     from speculators_kimi.evaluate.verifier import load_causal_verifier
 
-    report: dict = {"vllm": VLLM_VERSION}
+    report: dict = {"vllm": VLLM_VERSION, "layout": "speculators"}
     hf_config = SpeculatorsConfig.from_pretrained(args.export)
     report["parsed"] = {
         key: getattr(hf_config, key, None)
@@ -251,6 +400,7 @@ def inner(args: argparse.Namespace) -> dict:
     ours = load_draft(args.checkpoint, torch.float32, args.verifier)
     verifier = load_causal_verifier(args.verifier, ours.target_layer_ids)
     _stub_attention()
+    report["stubbed"] = "vllm.model_executor.models.llama.Attention -> causal SDPA"
     torch.set_default_dtype(torch.float32)
     draft, arch, config = _build_draft(
         hf_config,
@@ -258,49 +408,173 @@ def inner(args: argparse.Namespace) -> dict:
         int(verifier.text_config.vocab_size),
     )
     report["draft_class"] = arch
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.fill_(float("nan")) if p.is_floating_point() else p.fill_(-1)
     tensors = load_file(str(Path(args.export) / "model.safetensors"))
-    from vllm.config import set_current_vllm_config
+    report.update(_load_and_check(draft, config, tensors, ours))
+    report["one_step"] = _one_step(draft, config, ours, verifier, args.tokens)
+    return report
 
+
+def _text_target(verifier: str, scratch: Path) -> tuple[str, str | None]:
+    """The target directory vLLM's ``ModelConfig`` reads: the verifier itself, or
+    for a multimodal one a text-only stand-in (its ``text_config``, its tokenizer
+    files; no weights: only the config is read)."""
+    import shutil
+
+    config = json.loads((Path(verifier) / "config.json").read_text())
+    text = config.get("text_config")
+    if not text:
+        return verifier, None
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / "config.json").write_text(json.dumps(text, indent=2))
+    for item in Path(verifier).iterdir():
+        if item.is_file() and (
+            item.name.startswith(("tokenizer", "special_tokens", "chat_template"))
+            or item.suffix in (".model", ".tiktoken")
+        ):
+            shutil.copy2(item, scratch / item.name)
+    why = (
+        f"text-only stand-in of {verifier} ({config.get('architectures')}): its "
+        f"text_config ({text.get('architectures')}, model_type "
+        f"{text.get('model_type')}) and tokenizer"
+    )
+    return str(scratch), why
+
+
+def _speculative_config(target, draft_dir: str, k: int):  # type: ignore[no-untyped-def]
+    from vllm.config import ParallelConfig, SpeculativeConfig
+
+    return SpeculativeConfig(
+        model=draft_dir,
+        method="eagle3",
+        num_speculative_tokens=k,
+        target_model_config=target,
+        target_parallel_config=ParallelConfig(),
+    )
+
+
+def _inner_native_mla(args: argparse.Namespace, exported: dict) -> dict:
+    import shutil
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file
+    from vllm.config import (
+        CompilationConfig,
+        CompilationMode,
+        DeviceConfig,
+        ModelConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
+    from vllm.distributed import (
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    from speculators_kimi.evaluate import load_draft
+    from speculators_kimi.evaluate.verifier import load_causal_verifier
+
+    report: dict = {"vllm": VLLM_VERSION, "layout": "native"}
+    scratch = Path(tempfile.mkdtemp(prefix="vllm-check-"))
+    try:
+        target_dir, stand_in = _text_target(args.verifier, scratch / "target")
+        report["target_config"] = stand_in or args.verifier
+        target = ModelConfig(model=target_dir, dtype="float32")
+        k = int(args.num_speculative_tokens)
+        # What `vllm serve VERIFIER --speculative-config {"model": EXPORT,
+        # "method": "eagle3", ...}` builds for the draft.
+        spec = _speculative_config(target, args.export, k)
+        draft_config = spec.draft_model_config
+        hf = draft_config.hf_config
+        inner_model = getattr(hf, "model", None)
+        report["parsed"] = {
+            "hf_config_class": type(hf).__name__,
+            "model_type": hf.model_type,
+            "wrapped_model_type": getattr(inner_model, "model_type", None),
+            "architectures": list(draft_config.architectures),
+            "architecture": draft_config.architecture,
+            "use_mla": bool(draft_config.use_mla),
+            "head_size": draft_config.get_head_size(),
+            **{
+                key: getattr(hf, key, None)
+                for key in (
+                    "vocab_size",
+                    "draft_vocab_size",
+                    "hidden_size",
+                    "target_hidden_size",
+                    "num_hidden_layers",
+                    "num_attention_heads",
+                    "q_lora_rank",
+                    "kv_lora_rank",
+                    "qk_nope_head_dim",
+                    "qk_rope_head_dim",
+                    "v_head_dim",
+                    "rope_parameters",
+                    "eagle_aux_hidden_state_layer_ids",
+                    "eagle_config",
+                    "norm_before_residual",
+                    "norm_output",
+                    "fc_norm",
+                )
+            },
+        }
+        report["serve"] = {"method": spec.method, "num_speculative_tokens": k}
+        # `vllm serve EXPORT`: vLLM finds no draft in it (no speculators_config),
+        # so it would serve the draft itself as the model.
+        from vllm.transformers_utils.config import maybe_override_with_speculators
+
+        _, _, alone = maybe_override_with_speculators(args.export, None, False)
+        report["serve_dir_speculative"] = alone
+        # The same export labelled deepseek_v3: what vLLM 0.33 does with it.
+        relabelled = scratch / "as-deepseek_v3"
+        relabelled.mkdir()
+        (relabelled / "config.json").write_text(
+            json.dumps(dict(exported, model_type="deepseek_v3"))
+        )
+        try:
+            _speculative_config(target, str(relabelled), k)
+            report["deepseek_v3_refused"] = None
+        except Exception as err:  # pydantic's ValidationError (a ValueError)
+            report["deepseek_v3_refused"] = (
+                str(err).split("Supported architectures")[0].strip()
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    ours = load_draft(args.checkpoint, torch.float32, args.verifier)
+    verifier = load_causal_verifier(args.verifier, ours.target_layer_ids)
+    _stub_mla_attention()
+    report["stubbed"] = MLA_STUB
+    torch.set_default_dtype(torch.float32)
+    config = VllmConfig(
+        model_config=target,
+        speculative_config=spec,
+        device_config=DeviceConfig(device="cpu"),
+        # custom_ops none: vLLM's own switch to each op's forward_native (the
+        # compiled vllm._C kernels are absent here), as in the speculators path.
+        compilation_config=CompilationConfig(
+            mode=CompilationMode.NONE, custom_ops=["none"]
+        ),
+    )
     with set_current_vllm_config(config):
-        draft.load_weights(iter(tensors.items()))
-    shared = []
-    if "embed_tokens.weight" not in tensors:  # vLLM's proposer shares the target's
-        with torch.no_grad():
-            draft.model.embed_tokens.weight.copy_(ours.embed_tokens.weight)
-        shared.append("model.embed_tokens.weight")
-    unloaded = [
-        name
-        for name, p in draft.named_parameters()
-        if (p.isnan().any() if p.is_floating_point() else (p < 0).all())
-    ]
-    report["tensors"] = sorted(tensors)
-    report["shared_from_verifier"] = shared
-    report["parameters_not_loaded"] = unloaded
-
-    gen = torch.Generator().manual_seed(0)
-    vocab = int(verifier.text_config.vocab_size)
-    prompt = torch.randint(0, vocab, (args.tokens,), generator=gen).tolist()
-    _, aux = verifier.forward(prompt, DynamicCache())
-    ids = torch.tensor(prompt[1:])
-    with torch.no_grad(), set_current_vllm_config(config):
-        states = draft.combine_hidden_states(aux[:-1])
-        # vLLM runs the pair (x[j+1], g[j]) at the target's position j.
-        hidden, _ = draft(ids, torch.arange(len(prompt) - 1), states)
-        theirs = draft.compute_logits(hidden).float()
-    runner = DraftRunner(ours, "cpu")
-    _, logits = runner.step(ids, runner.project(aux[:-1]), 1)
-    mine = logits.new_full((logits.shape[0], vocab), float("-inf"))
-    mine[:, runner.draft_to_target] = logits
-    finite = torch.isfinite(mine)
-    report["one_step"] = {
-        "tokens": len(prompt) - 1,
-        "max_abs_logit_diff": float((theirs[finite] - mine[finite]).abs().max()),
-        "same_masked_tokens": bool(torch.equal(finite, torch.isfinite(theirs))),
-        "same_argmax": bool(torch.equal(theirs.argmax(-1), mine.argmax(-1))),
-    }
+        init_distributed_environment(
+            world_size=1,
+            rank=0,
+            local_rank=0,
+            distributed_init_method="tcp://127.0.0.1:29577",
+            backend="gloo",
+        )
+        initialize_model_parallel(1, 1)
+        cls, arch = ModelRegistry.resolve_model_cls(
+            draft_config.architectures, model_config=draft_config
+        )
+        draft = cls(vllm_config=config)
+    report["draft_class"] = arch
+    report["draft_module"] = f"{cls.__module__}.{cls.__qualname__}"
+    tensors = load_file(str(Path(args.export) / "model.safetensors"))
+    report.update(_load_and_check(draft, config, tensors, ours))
+    report["one_step"] = _one_step(draft, config, ours, verifier, args.tokens)
     return report
 
 
@@ -317,6 +591,12 @@ def main() -> int:
         "for this vLLM version and this environment)",
     )
     parser.add_argument("--tokens", type=int, default=24)
+    parser.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=3,
+        help="for an MLA export: the speculative config's num_speculative_tokens",
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
