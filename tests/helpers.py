@@ -50,6 +50,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def torchrun_train(train_argv: list[str], nproc: int = 2) -> list[str]:
+    """``torchrun -m speculators.train ...`` on one host for the arguments of a
+    ``speculators train ...`` command line (``train_argv`` without those words)."""
+    return [
+        str(Path(sys.executable).parent / "torchrun"),
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "speculators.train",
+        *train_argv,
+    ]
+
+
 def run(
     cmd: list[str],
     cwd: Path | None = None,

@@ -98,12 +98,8 @@ def test_verifier_hub_id_from_its_origin(tmp_path):
     assert hub_id_of("org/model") == "org/model"
 
 
-@pytest.mark.slow
-def test_vllm_accepts_and_loads_the_export(trained_demo, tmp_path):
-    """vLLM 0.33's own code on CPU: `tools/vllm_check.py` (see its docstring for
-    what is stubbed: only the paged Attention layer)."""
-    ckpt = Path(trained_demo["checkpoint"])
-    out = tmp_path / "serve"
+def _vllm_check(ckpt: Path, out: Path, verifier: str, tmp_path: Path) -> dict:
+    """Export ``ckpt`` into ``out`` and run `tools/vllm_check.py` on it."""
     export_draft(ckpt, out, verifier_id=HUB_ID)
     report_file = tmp_path / "vllm.json"
     run(
@@ -114,13 +110,22 @@ def test_vllm_accepts_and_loads_the_export(trained_demo, tmp_path):
             "--checkpoint",
             str(ckpt),
             "--verifier",
-            trained_demo["verifier"],
+            verifier,
             "--json",
             str(report_file),
         ],
         timeout=1800,
     )
-    report = json.loads(report_file.read_text())
+    return json.loads(report_file.read_text())
+
+
+@pytest.mark.slow
+def test_vllm_accepts_and_loads_the_export(trained_demo, tmp_path):
+    """vLLM 0.33's own code on CPU: `tools/vllm_check.py` (see its docstring for
+    what is stubbed: only the paged Attention layer)."""
+    ckpt = Path(trained_demo["checkpoint"])
+    out = tmp_path / "serve"
+    report = _vllm_check(ckpt, out, trained_demo["verifier"], tmp_path)
     parsed = report["parsed"]
     layer = json.loads((out / "config.json").read_text())["transformer_layer_config"]
     assert parsed["architectures"] == ["Eagle3LlamaForCausalLM"]
@@ -277,23 +282,7 @@ def test_vllm_loads_the_mla_export(trained_mla_demo, tmp_path):
     load_weights (see tools/vllm_check.py: only MLAAttention is stubbed)."""
     ckpt = Path(trained_mla_demo["checkpoint"])
     out = tmp_path / "serve"
-    export_draft(ckpt, out, verifier_id=HUB_ID)
-    report_file = tmp_path / "vllm.json"
-    run(
-        [
-            sys.executable,
-            str(ROOT / "tools" / "vllm_check.py"),
-            str(out),
-            "--checkpoint",
-            str(ckpt),
-            "--verifier",
-            trained_mla_demo["verifier"],
-            "--json",
-            str(report_file),
-        ],
-        timeout=1800,
-    )
-    report = json.loads(report_file.read_text())
+    report = _vllm_check(ckpt, out, trained_mla_demo["verifier"], tmp_path)
     assert report["layout"] == "native"
     parsed = report["parsed"]
     layer = json.loads((ckpt / "config.json").read_text())["transformer_layer_config"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import free_port, run
+from helpers import free_port, run, torchrun_train
 from safetensors.torch import load_file
 from speculators.models import Eagle3DraftModel
 
@@ -138,18 +138,7 @@ def test_resume_skips_a_torn_weights_file(tiny, tmp_path):
 def test_torchrun_two_processes_gloo(tiny, tmp_path):
     spec, verifier, data = tiny
     argv = train_command(spec, verifier, data, tmp_path / "run", max_steps=STEPS)
-    cmd = [
-        str(BIN / "torchrun"),
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        "-m",
-        "speculators.train",
-        *argv[2:],
-    ]
+    cmd = torchrun_train(argv[2:])
     proc = run(cmd, cwd=tmp_path, timeout=600)
     out = proc.stdout + proc.stderr
     assert out.count("Destroyed distributed process group") == 2, out[-3000:]

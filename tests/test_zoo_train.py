@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from helpers import free_port, run
+from helpers import run, torchrun_train
 from transformers import DynamicCache
 from zoo_builders import BUILDERS, Member
 
@@ -202,20 +202,7 @@ def test_mla_draft_trains_with_torchrun(tmp_path):
     zoo, data, _ = _generate("kimi-k25", tmp_path, n=40)  # both ranks take 2 steps
     spec = tiny.TinyVerifierSpec()
     argv = tiny.train_command(spec, zoo.path, data, tmp_path / "run", max_steps=STEPS)
-    cmd = [
-        str(BIN / "torchrun"),
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        "-m",
-        "speculators.train",
-        *argv[2:],
-        "--draft-arch",
-        "deepseek_v3",
-    ]
+    cmd = torchrun_train([*argv[2:], "--draft-arch", "deepseek_v3"])
     proc = run(cmd, cwd=tmp_path, timeout=900)
     out = proc.stdout + proc.stderr
     assert out.count("Destroyed distributed process group") == 2, out[-3000:]

@@ -244,6 +244,23 @@ def _stub_mla_attention() -> None:
     vllm_mla.MLAAttention = SdpaMLAAttention  # type: ignore[misc]
 
 
+def _init_single_process() -> None:
+    """vLLM's distributed state for one CPU process (gloo, no parallelism)."""
+    from vllm.distributed import (
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+
+    init_distributed_environment(
+        world_size=1,
+        rank=0,
+        local_rank=0,
+        distributed_init_method="tcp://127.0.0.1:29577",
+        backend="gloo",
+    )
+    initialize_model_parallel(1, 1)
+
+
 def _build_draft(hf_config, target_layers: int, target_vocab: int):  # type: ignore[no-untyped-def]
     import types
 
@@ -253,10 +270,6 @@ def _build_draft(hf_config, target_layers: int, target_vocab: int):  # type: ign
         DeviceConfig,
         VllmConfig,
         set_current_vllm_config,
-    )
-    from vllm.distributed import (
-        init_distributed_environment,
-        initialize_model_parallel,
     )
     from vllm.model_executor.models.registry import ModelRegistry
 
@@ -277,14 +290,7 @@ def _build_draft(hf_config, target_layers: int, target_vocab: int):  # type: ign
         is_moe=False,
     )
     with set_current_vllm_config(config):
-        init_distributed_environment(
-            world_size=1,
-            rank=0,
-            local_rank=0,
-            distributed_init_method="tcp://127.0.0.1:29577",
-            backend="gloo",
-        )
-        initialize_model_parallel(1, 1)
+        _init_single_process()
         arch = hf_config.architectures[0]
         # The registry's own resolution, for the architecture the parser wrote.
         picker = types.SimpleNamespace(model_impl="vllm", convert_type="none")
@@ -466,10 +472,6 @@ def _inner_native_mla(args: argparse.Namespace, exported: dict) -> dict:
         VllmConfig,
         set_current_vllm_config,
     )
-    from vllm.distributed import (
-        init_distributed_environment,
-        initialize_model_parallel,
-    )
     from vllm.model_executor.models.registry import ModelRegistry
 
     from speculators_kimi.evaluate import load_draft
@@ -558,14 +560,7 @@ def _inner_native_mla(args: argparse.Namespace, exported: dict) -> dict:
         ),
     )
     with set_current_vllm_config(config):
-        init_distributed_environment(
-            world_size=1,
-            rank=0,
-            local_rank=0,
-            distributed_init_method="tcp://127.0.0.1:29577",
-            backend="gloo",
-        )
-        initialize_model_parallel(1, 1)
+        _init_single_process()
         cls, arch = ModelRegistry.resolve_model_cls(
             draft_config.architectures, model_config=draft_config
         )
