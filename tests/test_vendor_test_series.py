@@ -1,6 +1,7 @@
 """`tools/vendor test-series` on a tiny made-up pin and series (real git, no torch).
 
-The upstream suite is a stand-in `run.sh` that reports a regression when the tree's
+The upstream suite is a made-up snapshot in the real suite's layout (`snapshot/`
+with `tests/unit`, `baseline.txt`) whose one baseline test fails when the tree's
 `speculators` says so; the real suite (../shared/upstream-suite) runs in .ci/run.
 """
 
@@ -27,14 +28,16 @@ IDENT = {
     "GIT_COMMITTER_EMAIL": "t@example.invalid",
 }
 
-SUITE = """#!/usr/bin/env bash
-# Stand-in for upstream's run.sh: one baseline test, lost when speculators.BROKEN.
-"$PY" -c "import speculators, sys; sys.exit(getattr(speculators, 'BROKEN', 0))"
-if [ $? -ne 0 ]; then
-  echo "regressed: tests.unit.test_core::test_still_works"
-  echo "upstream suite: 0/1 baseline tests still pass, 0 more pass"; exit 1
-fi
-echo "upstream suite: 1/1 baseline tests still pass, 0 more pass"
+#: Upstream's made-up suite: one baseline test, lost when speculators.BROKEN.
+SUITE_TEST = """import speculators
+
+
+def test_still_works():
+    assert not getattr(speculators, "BROKEN", 0)
+
+
+def test_not_in_baseline():
+    assert False, "fails on pristine upstream too: not a regression"
 """
 
 
@@ -101,7 +104,10 @@ def fake_project(tmp_path: Path) -> tuple[Path, Path, Path]:
     )
 
     suite = tmp_path / "suite"
-    write(suite / "run.sh", SUITE)
+    for init in ("tests/__init__.py", "tests/unit/__init__.py"):
+        write(suite / "snapshot" / init, "")
+    write(suite / "snapshot/tests/unit/test_core.py", SUITE_TEST)
+    write(suite / "baseline.txt", "tests.unit.test_core::test_still_works\n")
     return root, sdist, suite
 
 
@@ -148,18 +154,20 @@ def test_each_unit_is_tested_and_a_failing_one_is_named(fake_project, tmp_path):
     lines = proc.stdout.splitlines()
     row = {ln.split()[0]: ln for ln in lines if ln.startswith("  000")}
     assert "suite 1/1 (0 regressed)" in row["0001-good"]
-    assert "own 2 passed, 0 failed (2 files)" in row["0001-good"]
+    assert "units' 2 passed, 0 failed (2 files, 2 its own)" in row["0001-good"]
     assert row["0001-good"].endswith("ok")
     assert "suite 0/1 (1 regressed)" in row["0002-bad"]
-    assert "own 2 passed, 1 failed (2 files)" in row["0002-bad"]
+    # 0001's test_old.py is gone (0002 deletes it); 0002's two files remain.
+    assert "units' 2 passed, 1 failed (2 files, 2 its own)" in row["0002-bad"]
     assert row["0002-bad"].endswith("FAIL")
     assert (
         "problem: 0002-bad: upstream test regressed: "
         "tests.unit.test_core::test_still_works" in lines
     )
-    assert "problem: 0002-bad: own test failed: tests.unit.test_new::test_fails" in (
+    assert "problem: 0002-bad: unit test failed: tests.unit.test_new::test_fails" in (
         lines
     )
+    assert not [ln for ln in lines if "problem:" in ln and "not_in_baseline" in ln]
     assert lines[-1].startswith("test-series: 1/2 units pass; failing: 0002-bad")
     data = json.loads(out.read_text())
     units = {u["unit"]: u for u in data["units"]}
@@ -177,7 +185,7 @@ def test_units_selects_and_earlier_units_are_still_applied(fake_project):
     # 0002 alone still has 0001 under it: its changed test_extra.py imports 0001's.
     proc = vendor(root, sdist, "--no-suite", "--units", "0002-bad")
     assert proc.returncode == 1
-    assert "own 2 passed, 1 failed (2 files)" in proc.stdout
+    assert "units' 2 passed, 1 failed (2 files, 2 its own)" in proc.stdout
     proc = vendor(root, sdist, "--no-suite", "--units", "0003")
     assert proc.returncode == 2 and "'0003' is no unit of the series" in proc.stderr
 
@@ -219,3 +227,42 @@ def test_a_unit_that_does_not_apply_is_named(fake_project):
     assert out.splitlines()[-1].startswith(
         "test-series: 1/3 units pass; failing: 0002-bad, 0003-again"
     )
+
+
+def test_a_later_unit_breaking_an_earlier_units_test_is_caught(fake_project):
+    root, sdist, suite = fake_project
+    patches = root / "upstream_patches"
+    later = patches / "0003-later"
+    write(later / "PR.md", "# Later\n")
+    write(
+        later / "changes.patch",
+        "diff --git a/src/speculators/extra.py b/src/speculators/extra.py\n"
+        "--- a/src/speculators/extra.py\n+++ b/src/speculators/extra.py\n"
+        "@@ -1 +1 @@\n-TWICE = 2\n+TWICE = 3\n",
+    )
+    (patches / "series").write_text("0001-good\n0003-later\n")
+    proc = vendor(root, sdist, "--upstream-suite", str(suite))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("  0003"))
+    # 0003 has no tests of its own; 0001's, run on 0003's tree, fail.
+    assert "units' 1 passed, 1 failed (2 files, 0 its own)" in row, row
+    assert (
+        "problem: 0003-later: unit test failed: tests.unit.test_extra::test_twice"
+        in proc.stdout
+    )
+
+
+def test_the_installed_package_is_recognised_file_by_file(tmp_path):
+    from vendorlib.stepwise import same_package
+
+    tree = tmp_path / "tree"
+    write(tree / "src/speculators/__init__.py", "VALUE = 1\n")
+    write(tree / "src/speculators/sub/mod.py", "X = 1\n")
+    installed = tmp_path / "site/speculators"
+    shutil.copytree(tree / "src/speculators", installed)
+    write(installed / "__pycache__/mod.cpython-312.pyc", "bytecode")
+    assert same_package(installed, tree)
+    write(installed / "sub/mod.py", "X = 2\n")
+    assert not same_package(installed, tree)
+    (installed / "sub/mod.py").unlink()
+    assert not same_package(installed, tree)

@@ -170,6 +170,7 @@ def cmd_test_series(args: argparse.Namespace) -> int:
         sdist=args.sdist,
         keep=args.keep,
         jobs=args.jobs,
+        skip_installed=args.skip_installed,
     )
 
 
@@ -221,13 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser(
         "test-series",
-        help="per unit (pin + units up to it): upstream's suite and its own tests",
+        help="per unit (pin + units up to it): upstream's suite and the units' tests",
     )
     t.add_argument(
         "--upstream-suite",
         type=Path,
         metavar="DIR",
-        help="folder with run.sh and baseline.txt (default ../shared/upstream-suite)",
+        help="folder with snapshot/, baseline.txt (default ../shared/upstream-suite)",
     )
     t.add_argument("--no-suite", action="store_true", help="only the units' own tests")
     t.add_argument("--units", metavar="A,B", help="test only these (name or number)")
@@ -239,6 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--keep", action="store_true", help="keep the scratch trees")
     t.add_argument(
         "--jobs", type=int, default=1, metavar="N", help="test N units at a time"
+    )
+    t.add_argument(
+        "--skip-installed",
+        action="store_true",
+        help="skip the last tree when the installed speculators is exactly it",
     )
     t.set_defaults(func=cmd_test_series)
     return parser

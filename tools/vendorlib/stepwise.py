@@ -3,35 +3,39 @@
 For unit i of the series, the pristine pin plus units 1..i is copied into a scratch
 tree outside any git repository (upstream's provenance code looks for an enclosing
 `.git` and writes a `speculators.patch` sidecar where it finds one). On that tree,
-imported from its `src/` (``PYTHONPATH``): (a) upstream's own unit tests (the
-`upstream-suite` folder's `run.sh`, which lists the baseline tests that regressed)
-and (b) the unit's own tests, the `test_*.py` files under `tests/` that the unit adds
-(`files/`) or changes (`changes.patch`), with `python -m pytest` from the tree root.
+imported from its `src/` (``PYTHONPATH``), one pytest process runs upstream's own
+unit tests (the `upstream-suite` folder's `snapshot/`) with the tree's `tests/` (the
+tests of units 1..i) laid over them; from that one JUnit report come the baseline
+tests that regressed (`baseline.txt`) and the units' tests that failed. So a later
+unit that breaks an earlier unit's tests is caught too.
+
+The last tree is what `pip install` builds. With ``--skip-installed`` (CI), when
+the interpreter's installed `speculators` holds exactly its files it is not tested
+again here: CI runs upstream's suite on the install, and the project's own tests
+(`tests/test_vendor_build.py`) run every unit's tests on the materialized tree.
 """
 
 from __future__ import annotations
 
+import filecmp
 import json
-import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import VendorError
 from .pin import Unit, load_pin, load_series
+from .pytest_run import run_pytest
+from .pytest_run import tree_env as pytest_env
 from .sdist import extract, obtain
 from .units import apply_unit
 
 _DIFF = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$")
-_SUITE_LAST = re.compile(
-    r"^upstream suite: (?P<passed>\d+)/(?P<total>\d+) baseline tests still pass"
-)
 TIMEOUT_S = 1800
 # Where `import speculators` would load it from, without running it (torch is slow).
 _WHERE = "import importlib.util as u; print(u.find_spec('speculators').origin)"
@@ -110,11 +114,14 @@ class SuiteResult:
 
 @dataclass
 class OwnResult:
+    """The tests of every unit so far (the tree's `tests/`), this unit's named."""
+
     files: list[str]
     rc: int | None = None
     passed: int = 0
     failed: list[str] = field(default_factory=list)
     tail: str = ""
+    own: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -124,6 +131,7 @@ class UnitReport:
     suite: SuiteResult | None
     own: OwnResult
     seconds: float
+    skipped: str = ""
 
     @property
     def ok(self) -> bool:
@@ -133,13 +141,9 @@ class UnitReport:
         return suite_ok and not self.own.failed
 
 
-def tree_env(tree: Path) -> dict[str, str]:
+def tree_env(tree: Path, one_thread: bool = False) -> dict[str, str]:
     """The environment that imports `speculators` from ``tree``/src, nothing else."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(tree / "src")
-    env["HF_HUB_OFFLINE"] = "1"
-    env.pop("PYTHONHOME", None)
-    return env
+    return pytest_env(tree / "src", one_thread)
 
 
 def imported_from(python: str, tree: Path, cwd: Path) -> str:
@@ -162,59 +166,125 @@ def imported_from(python: str, tree: Path, cwd: Path) -> str:
     return where
 
 
-def run_suite(python: str, suite: Path, tree: Path) -> SuiteResult:
-    """Upstream's suite (`run.sh`) against ``tree``/src: what it says regressed."""
+def installed_package(python: str, cwd: Path) -> Path | None:
+    """The `speculators` package folder ``python`` imports without PYTHONPATH."""
     proc = subprocess.run(
-        ["bash", str(suite / "run.sh")],
-        env={**tree_env(tree), "PY": python},
+        [python, "-c", _WHERE],
+        cwd=cwd,
+        env=pytest_env(None),
         capture_output=True,
         text=True,
         check=False,
     )
-    lines = proc.stdout.splitlines()
-    result = SuiteResult(proc.returncode, tail="\n".join(lines[-20:]) + proc.stderr)
-    result.regressed = [
-        ln.removeprefix("regressed: ") for ln in lines if ln.startswith("regressed: ")
+    where = proc.stdout.strip()
+    return Path(where).parent if proc.returncode == 0 and where else None
+
+
+def same_package(installed: Path, tree: Path) -> bool:
+    """Whether the installed package holds exactly the tree's `src/speculators`."""
+
+    def files(top: Path) -> dict[str, Path]:
+        return {
+            p.relative_to(top).as_posix(): p
+            for p in top.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        }
+
+    want, have = files(tree / "src" / "speculators"), files(installed)
+    return want.keys() == have.keys() and all(
+        filecmp.cmp(want[k], have[k], shallow=False) for k in want
+    )
+
+
+def tree_test_files(tree: Path) -> list[str]:
+    """The test files under the tree's `tests/`: those of every unit so far."""
+    return sorted(
+        rel
+        for p in (tree / "tests").rglob("*.py")
+        if is_test_file(rel := p.relative_to(tree).as_posix())
+    )
+
+
+def suite_workdir(suite: Path, tree: Path, dest: Path) -> Path:
+    """Upstream's snapshot with the tree's `tests/` laid over it (no file clashes)."""
+    shutil.copytree(suite / "snapshot", dest, symlinks=True)
+    for rel in tree_test_dir_files(tree):
+        target = dest / rel
+        if target.exists():
+            raise VendorError(
+                f"{tree.name}: {rel} would replace upstream's snapshot file of the "
+                "same name; give the unit's file another name"
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(tree / rel, target)
+    return dest
+
+
+def tree_test_dir_files(tree: Path) -> list[str]:
+    """Every file under the tree's `tests/` (helpers and conftests included)."""
+    top = tree / "tests"
+    if not top.is_dir():
+        return []
+    return sorted(
+        p.relative_to(tree).as_posix()
+        for p in top.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+
+
+def read_baseline(suite: Path) -> set[str]:
+    return set((suite / "baseline.txt").read_text().splitlines()) - {""}
+
+
+def check_tree(
+    python: str,
+    suite: Path | None,
+    unit: Unit,
+    tree: Path,
+    where: str,
+    one_thread: bool = False,
+) -> UnitReport:
+    """One pytest on the tree: upstream's suite and every unit's tests so far."""
+    t0 = time.monotonic()
+    files = tree_test_files(tree)
+    own = OwnResult(files, own=own_test_files(unit))
+    env = tree_env(tree, one_thread)
+    if suite is not None:
+        cwd = suite_workdir(suite, tree, tree.parent / f"{tree.name}.run")
+        report = run_pytest(python, cwd, ["tests/unit", *files], env, TIMEOUT_S)
+    elif files:
+        cwd = tree
+        report = run_pytest(python, cwd, files, env, TIMEOUT_S)
+    else:
+        return UnitReport(unit.name, where, None, own, time.monotonic() - t0)
+    own.rc, own.tail = report.rc, report.tail
+    mine = report.in_files(set(files))
+    own.passed = sum(o.status == "passed" for o in mine)
+    own.failed = [o.id for o in mine if o.status == "failed"]
+    ran = {o.file for o in mine}
+    own.failed += [
+        f"{f} (no test ran: see pytest's output)" for f in files if f not in ran
     ]
-    for ln in lines:
-        if m := _SUITE_LAST.match(ln):
-            result.passed, result.total = int(m["passed"]), int(m["total"])
-    return result
-
-
-def run_own_tests(python: str, tree: Path, files: list[str]) -> OwnResult:
-    """`python -m pytest FILES` from the tree root: passed count, failed test ids."""
-    result = OwnResult(files)
-    if not files:
-        return result
-    junit = tree / ".test-series-junit.xml"
-    proc = subprocess.run(
-        [python, "-m", "pytest", "-q", f"--junitxml={junit}", *files],
-        cwd=tree,
-        env=tree_env(tree),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    result.rc = proc.returncode
-    result.tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
-    if not junit.is_file():
-        result.failed = [f"(pytest wrote no report, rc={proc.returncode})"]
-        return result
-    for tc in ET.parse(junit).getroot().iter("testcase"):
-        kinds = {ch.tag for ch in tc}
-        name = f"{tc.get('classname')}::{tc.get('name')}"
-        if kinds & {"failure", "error"}:
-            result.failed.append(name)
-        elif "skipped" not in kinds:
-            result.passed += 1
-    if proc.returncode != 0 and not result.failed:  # 5: it collected nothing
-        result.failed = [f"(pytest exited {proc.returncode})"]
-    return result
+    suite_result = None
+    if suite is not None:
+        baseline = read_baseline(suite)
+        passed = set(report.ids("passed"))
+        lost = sorted(baseline - passed)
+        suite_result = SuiteResult(
+            0 if report.reported else report.rc,
+            len(baseline) - len(lost),
+            len(baseline),
+            lost,
+            report.tail,
+        )
+        if not report.reported:
+            own.failed.append(f"(pytest wrote no report, rc={report.rc})")
+    return UnitReport(unit.name, where, suite_result, own, time.monotonic() - t0)
 
 
 def _line(r: UnitReport) -> str:
+    if r.skipped:
+        return f"  {r.unit:40} {r.skipped}"
     if r.suite is None:
         suite = "suite skipped"
     elif r.suite.total is None:
@@ -222,12 +292,12 @@ def _line(r: UnitReport) -> str:
     else:
         lost = len(r.suite.regressed)
         suite = f"suite {r.suite.passed}/{r.suite.total} ({lost} regressed)"
-    own = "own tests: none"
+    own = "units' tests: none"
     if r.own.files:
         n = len(r.own.files)
-        own = f"own {r.own.passed} passed, {len(r.own.failed)} failed "
-        own += f"({n} file{'s' if n > 1 else ''})"
-    return f"  {r.unit:40} {suite:30} {own:38} {r.seconds:6.0f} s  " + (
+        own = f"units' {r.own.passed} passed, {len(r.own.failed)} failed "
+        own += f"({n} file{'s' if n > 1 else ''}, {len(r.own.own)} its own)"
+    return f"  {r.unit:40} {suite:30} {own:50} {r.seconds:6.0f} s  " + (
         "ok" if r.ok else "FAIL"
     )
 
@@ -240,20 +310,10 @@ def _problems(r: UnitReport) -> list[str]:
             out.append(
                 f"{r.unit}: upstream suite failed (rc={r.suite.rc}):\n{r.suite.tail}"
             )
-    out += [f"{r.unit}: own test failed: {t}" for t in r.own.failed]
+    out += [f"{r.unit}: unit test failed: {t}" for t in r.own.failed]
     if r.own.failed:
         out.append(f"{r.unit}: pytest said:\n{r.own.tail}")
     return out
-
-
-def check_tree(
-    python: str, suite: Path | None, unit: Unit, tree: Path, where: str
-) -> UnitReport:
-    """Upstream's suite, then the unit's own tests, on one materialized tree."""
-    t0 = time.monotonic()
-    suite_result = run_suite(python, suite, tree) if suite else None
-    own = run_own_tests(python, tree, own_test_files(unit))
-    return UnitReport(unit.name, where, suite_result, own, time.monotonic() - t0)
 
 
 def prepare_trees(
@@ -286,10 +346,16 @@ def run_series(
     sdist: Path | None = None,
     keep: bool = False,
     jobs: int = 1,
+    skip_installed: bool = False,
 ) -> int:
     """Test each (selected) unit on pin + units up to it; print a line per unit."""
-    if suite is not None and not (suite / "run.sh").is_file():
-        raise VendorError(f"--upstream-suite {suite}: no run.sh there")
+    if suite is not None and not (
+        (suite / "snapshot" / "tests" / "unit").is_dir()
+        and (suite / "baseline.txt").is_file()
+    ):
+        raise VendorError(
+            f"--upstream-suite {suite}: no snapshot/tests/unit and baseline.txt there"
+        )
     pin = load_pin(root)
     units = load_series(root)
     wanted = select_units(units, units_arg)
@@ -316,8 +382,25 @@ def run_series(
             f"scratch {scratch}; python {python}",
             flush=True,
         )
+        if skip_installed and trees and trees[-1][0] is units[-1] and not broken:
+            installed = installed_package(python, scratch)
+            if installed is not None and same_package(installed, trees[-1][1]):
+                unit, _, where = trees.pop()
+                report = UnitReport(
+                    unit.name,
+                    str(installed / "__init__.py"),
+                    None,
+                    OwnResult([]),
+                    0.0,
+                    skipped=f"= the installed package {installed}: not tested twice",
+                )
+                reports.append(report)
+                print(_line(report), flush=True)
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = [pool.submit(check_tree, python, suite, *t) for t in trees]
+            futures = [
+                pool.submit(check_tree, python, suite, *t, one_thread=jobs > 1)
+                for t in trees
+            ]
             for future in as_completed(futures):
                 report = future.result()
                 reports.append(report)
