@@ -1,11 +1,7 @@
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from helpers import ROOT, clean_copy, pinned_sdist
+from helpers import ROOT, clean_copy, demo_command, json_report, pinned_sdist, run
 
 
 @pytest.fixture(scope="session")
@@ -26,12 +22,12 @@ def project_root() -> Path:
 
 @pytest.fixture(scope="session")
 def trained_demo(tmp_path_factory) -> dict:
-    """The demo run once (80 conversations, 3 epochs): its report, with the
-    acceptance of the trained and untrained drafts."""
-    from speculators_kimi.demo import DemoSettings, run_demo
-
-    out = tmp_path_factory.mktemp("trained-demo")
-    return run_demo(DemoSettings(out=out, num_samples=80, epochs=3))
+    """The demo CLI run once per session (80 conversations, 3 epochs): its report
+    (with the acceptance of the trained and untrained drafts) and, under
+    ``"stdout"``, what it printed. Tests that rerun it work on a copy of ``out``."""
+    out = tmp_path_factory.mktemp("trained-demo") / "demo"
+    stdout = run(demo_command(out), timeout=1200).stdout
+    return {**json_report(stdout), "stdout": stdout}
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -10,11 +11,13 @@ import sys
 import tarfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
+from vendorlib.pin import load_pin
+from vendorlib.sdist import extract_all, obtain
 
-from vendorlib.pin import load_pin  # noqa: E402
-from vendorlib.sdist import extract_all, obtain  # noqa: E402
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+#: The console scripts of the environment under test (speculators, torchrun, ...).
+BIN = Path(sys.executable).parent
 
 
 def pinned_sdist() -> Path:
@@ -50,19 +53,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def torchrun_train(train_argv: list[str], nproc: int = 2) -> list[str]:
+def torchrun_train(
+    train_argv: list[str], nproc: int = 2, probe: bool = False
+) -> list[str]:
     """``torchrun -m speculators.train ...`` on one host for the arguments of a
-    ``speculators train ...`` command line (``train_argv`` without those words)."""
+    ``speculators train ...`` command line (``train_argv`` without those words).
+
+    With ``probe``, torchrun runs :mod:`distributed_probe` instead (the same
+    trainer, which also writes what each rank set up to ``$SPECULATORS_KIMI_PROBE``).
+    """
+    probed = [str(TESTS / "distributed_probe.py")]
+    target = probed if probe else ["-m", "speculators.train"]
     return [
-        str(Path(sys.executable).parent / "torchrun"),
+        str(BIN / "torchrun"),
         "--nproc_per_node",
         str(nproc),
         "--master_addr",
         "127.0.0.1",
         "--master_port",
         str(free_port()),
-        "-m",
-        "speculators.train",
+        *target,
         *train_argv,
     ]
 
@@ -93,6 +103,45 @@ def run(
             f"--- stderr ---\n{proc.stderr[-6000:]}"
         )
     return proc
+
+
+def vendor(
+    project: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``tools/vendor ARGS`` of ``project`` (a clean copy, or the tree itself)."""
+    cmd = [sys.executable, str(project / "tools" / "vendor"), *args]
+    return run(cmd, env=env, check=check)
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` (relative POSIX path) with its bytes."""
+    return {
+        p.relative_to(directory).as_posix(): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def demo_command(out: Path, *extra: str) -> list[str]:
+    """The demo CLI as the session's one trained demo (``trained_demo``) runs it."""
+    return [
+        sys.executable,
+        "-m",
+        "speculators_kimi.demo",
+        "--out",
+        str(out),
+        "--num-samples",
+        "80",
+        "--epochs",
+        "3",
+        "--json",
+        *extra,
+    ]
+
+
+def json_report(stdout: str) -> dict:
+    """The JSON report the demo prints last (``--json``)."""
+    return json.loads(stdout[stdout.rindex("\n{") :])
 
 
 def extract_tar(tf: tarfile.TarFile, dest: Path) -> None:

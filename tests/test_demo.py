@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,15 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run
+from helpers import demo_command, json_report, run
 from safetensors.torch import load_file
 
 from speculators_kimi.demo import (
-    _LOSS,
     DemoSettings,
     load_conversations,
     run_demo,
-    train_argv,
 )
 from speculators_kimi.tiny_verifier import KIMI_ARCHITECTURE, TEXT_PREFIX, KimiTinySpec
 
@@ -34,25 +32,14 @@ def test_shipped_dataset():
         assert all(t["content"].strip() for t in conv)
 
 
-def test_demo_end_to_end_and_rerun(tmp_path):
-    out = tmp_path / "demo"
-    cmd = [
-        sys.executable,
-        "-m",
-        "speculators_kimi.demo",
-        "--out",
-        str(out),
-        "--num-samples",
-        "80",
-        "--epochs",
-        "3",
-        "--json",
-    ]
-    proc = run(cmd, timeout=900)
-    text = proc.stdout
+def test_demo_end_to_end(trained_demo):
+    """The session's demo run (the CLI, 80 conversations, 3 epochs): every stage
+    ran, the loss fell, the draft belongs to the Kimi verifier and took its
+    embedding, head and norm from `language_model.`."""
+    text, report = trained_demo["stdout"], trained_demo
+    out = Path(report["out"])
     for stage in STAGES:
         assert f"stage {stage}: finished" in text, text[-3000:]
-    report = json.loads(text[text.rindex("\n{") :])
     assert report["loss_last"] < 0.5 * report["loss_first"], report
     assert report["val_step0_accuracy"] is not None
     assert report["verifier_architectures"] == [KIMI_ARCHITECTURE]
@@ -87,14 +74,22 @@ def test_demo_end_to_end_and_rerun(tmp_path):
             want = want[state["t2d"]]
         assert torch.equal(state[draft_key], want), draft_key
 
-    # Rerun: every stage is reused, nothing is retrained.
+
+def test_demo_rerun_reuses_then_redoes_training(trained_demo, tmp_path):
+    """On a copy of the session's demo: an unchanged rerun reuses every stage;
+    a train-only flag changed redoes training alone, from scratch."""
+    out = tmp_path / "demo"
+    shutil.copytree(trained_demo["out"], out, symlinks=True)
+    cmd = demo_command(out)
+    report = json_report(trained_demo["stdout"])
+    ckpt = out / "run" / "checkpoints" / report["checkpoint"].rsplit("/", 1)[-1]
     mtimes = {p: p.stat().st_mtime_ns for p in ckpt.iterdir() if p.is_file()}
     again = run(cmd, timeout=600).stdout
     for stage in STAGES:
         assert f"stage {stage}: done before, reusing" in again
     assert "--speculator-type" not in again
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
-    assert json.loads(again[again.rindex("\n{") :])["loss_last"] == report["loss_last"]
+    assert json_report(again)["loss_last"] == report["loss_last"]
 
     # A train-only flag changed: training alone is redone, from scratch (the old
     # run's checkpoints are gone, nothing resumes from them).
@@ -117,7 +112,7 @@ def test_demo_end_to_end_and_rerun(tmp_path):
     assert sorted(p.name for p in checkpoints.iterdir() if p.name.isdigit()) == ["0"]
     state = json.loads((checkpoints / "0" / "training_state.json").read_text())
     assert state["global_step"] == steps
-    assert json.loads(third[third.rindex("\n{") :])["checkpoint"].endswith("/0")
+    assert json_report(third)["checkpoint"].endswith("/0")
 
 
 STAGES = ("verifier", "replies", "data", "hidden-states", "train", "acceptance")
@@ -219,101 +214,6 @@ def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- slow
 
-BIN = Path(sys.executable).parent
-
-
-@pytest.fixture(scope="module")
-def demo_inputs(tmp_path_factory) -> tuple[Path, Path]:
-    """The demo's verifier and data (with hidden states), 48 samples."""
-    out = tmp_path_factory.mktemp("demo-inputs")
-    info = run_demo(DemoSettings(out=out, num_samples=48, train=False))
-    return Path(info["verifier"]), Path(info["data"])
-
-
-def _torchrun(argv: list[str]) -> list[str]:
-    return [
-        str(BIN / "torchrun"),
-        # --standalone picks a free port; `--master_port 0` hangs (the workers
-        # are handed MASTER_PORT=0 by torch 2.13's static rendezvous).
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "speculators.train",
-        *argv,
-    ]
-
-
-def _check_checkpoint(ckpt: Path, steps: int | None = None) -> None:
-    from speculators import SpeculatorModel
-
-    state = json.loads((ckpt / "training_state.json").read_text())
-    if steps is not None:
-        assert state["global_step"] == steps
-    saved = load_file(ckpt / "model.safetensors")
-    params = SpeculatorModel.from_pretrained(str(ckpt)).state_dict()
-    for key, tensor in saved.items():
-        assert torch.isfinite(tensor.float()).all(), key
-        assert torch.equal(params[key].to(tensor.dtype), tensor), key
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp-shard"])
-def test_demo_training_torchrun_two_processes(demo_inputs, tmp_path, fsdp):
-    verifier, data = demo_inputs
-    settings = DemoSettings(epochs=1)
-    argv = train_argv(verifier, data, tmp_path / "run", settings)
-    argv += ["--no-resume-from-checkpoint"] + (["--fsdp-shard"] if fsdp else [])
-    proc = run(_torchrun(argv), cwd=tmp_path, timeout=900)
-    out = proc.stdout + proc.stderr
-    assert out.count("Destroyed distributed process group") == 2, out[-3000:]
-    losses = [float(x) for x in _LOSS.findall(out)]
-    assert losses and all(math.isfinite(x) for x in losses), out[-3000:]
-    ckpt = tmp_path / "run" / "checkpoints" / "0"
-    _check_checkpoint(ckpt)
-    assert json.loads((ckpt / "training_state.json").read_text())["global_step"] >= 2
-
-
-@pytest.mark.slow
-def test_interrupted_training_resumes_from_its_checkpoint(demo_inputs, tmp_path):
-    verifier, data = demo_inputs
-    settings = DemoSettings(epochs=3)
-    cmd = [
-        str(BIN / "speculators"),
-        "train",
-        *train_argv(verifier, data, tmp_path / "run", settings),
-    ]
-    ckpts = tmp_path / "run" / "checkpoints"
-    first = ckpts / "0" / "training_state.json"
-    log = (tmp_path / "first.log").open("w")
-    proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-        if first.is_file() and (ckpts / "0" / "val_metrics.json").is_file():
-            os.killpg(proc.pid, signal.SIGKILL)
-            break
-        time.sleep(0.02)
-    proc.wait()
-    log.close()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed"
-    assert not (ckpts / "2").exists()
-    kept = {p.name: p.read_bytes() for p in (ckpts / "0").iterdir() if p.is_file()}
-    step0 = json.loads(first.read_text())["global_step"]
-
-    again = run(cmd, cwd=tmp_path, timeout=900)
-    out = again.stdout + again.stderr
-    assert "Found checkpoint at" in out and "Resuming training on epoch 1" in out
-    # Checkpoint 0 is what the first run wrote (val metrics may be rewritten with
-    # the same values; the weights and training state must be byte-identical).
-    for name in ("model.safetensors", "training_state.json", "config.json"):
-        assert (ckpts / "0" / name).read_bytes() == kept[name], name
-    final = json.loads((ckpts / "2" / "training_state.json").read_text())
-    assert final["global_step"] == 3 * step0
-    for epoch in ("0", "1", "2"):
-        _check_checkpoint(ckpts / epoch)
-
 
 def _demo_until_first_checkpoint(cmd: list[str], out: Path) -> str:
     """Run the demo CLI and kill it (trainer included) after epoch 0's checkpoint."""
@@ -346,6 +246,9 @@ def _demo_until_first_checkpoint(cmd: list[str], out: Path) -> str:
 
 @pytest.mark.slow
 def test_demo_interrupted_training(tmp_path):
+    """The demo's own resume (its stage markers) after SIGKILL: a changed train
+    flag starts over, an unchanged rerun resumes. The trainer's resume itself is
+    tests/test_train_cpu.py's."""
     out = tmp_path / "demo"
     base = [sys.executable, "-m", "speculators_kimi.demo", "--out", str(out)]
     cmd = [*base, "--num-samples", "10", "--epochs", "2"]

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import run
+from helpers import BIN, run
 from safetensors.torch import load_file, save_file
 from speculators.models.attention_backends import get_backend
 from transformers import DynamicCache
@@ -28,8 +27,6 @@ from speculators_kimi.evaluate import (
     load_session,
 )
 from speculators_kimi.evaluate.decode import _verify
-
-BIN = Path(sys.executable).parent
 
 
 def _paths(report: dict) -> tuple[Path, Path, Path]:

@@ -11,12 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, run
+from helpers import BIN, ROOT, run
 from safetensors.torch import load_file
 
 from speculators_kimi.export import ExportError, export_draft, hub_id_of
 
-BIN = Path(sys.executable).parent
 HUB_ID = "moonshotai/Kimi-K2.5"
 
 

@@ -9,11 +9,9 @@ import pytest
 import speculators
 import speculators.version
 from helpers import ROOT, run
+from vendorlib.pin import load_pin, load_series
 
 import speculators_kimi
-
-sys.path.insert(0, str(ROOT / "tools"))
-from vendorlib.pin import load_pin, load_series
 
 
 def test_patches_and_pin_match_the_series():

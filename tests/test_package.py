@@ -11,14 +11,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, run
-
-sys.path.insert(0, str(ROOT / "tools"))
+from helpers import BIN, ROOT, clean_copy, run
 from vendorlib.build import upstream_console_scripts, upstream_requirements
 from vendorlib.pin import load_pin, load_series
 from vendorlib.sdist import extract
-
-BIN = Path(sys.executable).parent
 
 
 def test_static_scripts_are_upstreams():
@@ -44,14 +40,6 @@ def _requires_dist(wheel: Path) -> list[str]:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         meta = email.parser.Parser().parsestr(zf.read(name).decode())
     return meta.get_all("Requires-Dist") or []
-
-
-def _fresh_venv(path: Path) -> Path:
-    run([sys.executable, "-m", "venv", str(path)])
-    py = path / "bin" / "python"
-    # The CPU build of torch first, so that the resolver keeps it.
-    run([str(py), "-m", "pip", "install", "-q", "torch==2.13.0"], timeout=1200)
-    return py
 
 
 def _smoke(py: Path, work: Path, units: list[str]) -> None:
@@ -83,27 +71,44 @@ def _smoke(py: Path, work: Path, units: list[str]) -> None:
     assert (work / "tiny" / "run" / "checkpoints" / "0" / "model.safetensors").is_file()
 
 
-@pytest.mark.slow
-def test_build_sdist_and_wheel_and_install_each(project_copy, tmp_path):
-    dist = tmp_path / "dist"
+def _pip_cache() -> str:
+    """pip's own cache folder: kept across every install here (only the upstream
+    sdist's download is forced, through ``XDG_CACHE_HOME``)."""
+    return run([sys.executable, "-m", "pip", "cache", "dir"]).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> dict[str, Path]:
+    """The one packaging build of the run: sdist and wheel from a clean copy."""
+    tmp = tmp_path_factory.mktemp("release")
+    project = clean_copy(tmp / "project")
+    dist = tmp / "dist"
     # Byte-compiling on (an empty value unsets it): setuptools warns when it is off.
     proc = run(
-        [sys.executable, "-m", "build", "--outdir", str(dist), str(project_copy)],
+        [sys.executable, "-m", "build", "--outdir", str(dist), str(project)],
         env={"PYTHONDONTWRITEBYTECODE": ""},
         timeout=1200,
     )
-    log = proc.stdout + proc.stderr
-    assert "warning" not in log.lower(), log
-    sdist = next(dist.glob("*.tar.gz"))
-    wheel = next(dist.glob("*.whl"))
+    return {
+        "project": project,
+        "log": proc.stdout + proc.stderr,
+        "sdist": next(dist.glob("*.tar.gz")),
+        "wheel": next(dist.glob("*.whl")),
+    }
+
+
+@pytest.mark.slow
+def test_build_sdist_and_wheel(release, tmp_path):
+    project, sdist, wheel = release["project"], release["sdist"], release["wheel"]
+    assert "warning" not in release["log"].lower(), release["log"]
     run([str(BIN / "twine"), "check", str(sdist), str(wheel)])
     # Nothing generated lands in the source tree.
-    assert not list(project_copy.glob("*.egg-info"))
-    assert not (project_copy / "speculators_kimi" / "_build_info.py").exists()
+    assert not list(project.glob("*.egg-info"))
+    assert not (project / "speculators_kimi" / "_build_info.py").exists()
 
     # Requires-Dist: upstream's for the pin, minus the documented drops, plus ours.
-    pin = load_pin(project_copy)
-    reqs = upstream_requirements(project_copy / ".vendored", pin)
+    pin = load_pin(project)
+    reqs = upstream_requirements(project / ".vendored", pin)
     requires = _requires_dist(wheel)
     base = [r for r in requires if "extra ==" not in r]
     assert base == [*reqs.base, 'triton; sys_platform == "linux"', "accelerate>=1.0"]
@@ -133,11 +138,71 @@ def test_build_sdist_and_wheel_and_install_each(project_copy, tmp_path):
     assert "Successfully built" in built.stdout
     assert not (tmp_path / "empty-cache").exists(), "the build downloaded something"
 
-    units = [u.name for u in load_series(project_copy)]
-    for artifact in (wheel, sdist):
-        work = tmp_path / artifact.name.replace(".", "_")
-        work.mkdir()
-        py = _fresh_venv(work / "venv")
-        run([str(py), "-m", "pip", "install", str(artifact)], timeout=1800)
-        _smoke(py, work, units)
-        shutil.rmtree(work / "venv")
+
+@pytest.mark.slow
+def test_wheel_sdist_and_clean_clone_install_into_one_fresh_venv(release, tmp_path):
+    """One fresh venv (pip's cache kept): the wheel, then the sdist, then ``pip
+    install`` of a clean clone (the upstream sdist downloaded from the index), each
+    installed in turn and smoke-tested."""
+    project = release["project"]
+    units = [u.name for u in load_series(project)]
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", str(venv)])
+    py = venv / "bin" / "python"
+    pip = [str(py), "-m", "pip", "install", "--cache-dir", _pip_cache()]
+    # The CPU build of torch first, so that the resolver keeps it.
+    run([*pip, "-q", "torch==2.13.0"], timeout=1200)
+    run([*pip, str(release["wheel"])], timeout=1800)
+    _smoke(py, tmp_path / "wheel", units)
+    # The same release from its sdist (the dependencies are in place already).
+    reinstall = [*pip, "--force-reinstall", "--no-deps"]
+    run([*reinstall, str(release["sdist"])], timeout=1800)
+    _smoke(py, tmp_path / "sdist", units)
+
+    # `pip install .` from a clean clone: the upstream sdist comes from the index.
+    cache = tmp_path / "cache"
+    proc = run(
+        [*reinstall, str(project)], env={"XDG_CACHE_HOME": str(cache)}, timeout=1800
+    )
+    assert "Successfully installed" in proc.stdout
+    assert (cache / "speculators-kimi/sdists/speculators-0.9.0.tar.gz").is_file()
+    check = run(
+        [
+            str(py),
+            "-c",
+            (
+                "import importlib.metadata as md, speculators, speculators_kimi, "
+                "speculators.version as v\n"
+                "print(speculators.__file__)\n"
+                "print(v.version, speculators_kimi.UPSTREAM_VERSION)\n"
+                "print(','.join(speculators_kimi.PATCHES))\n"
+                "files = md.distribution('speculators-kimi').files\n"
+                "notice = [f for f in files if f.name == 'NOTICE'][0]\n"
+                "print(notice.read_text())\n"
+            ),
+        ],
+        cwd=tmp_path,
+    )
+    lines = check.stdout.splitlines()
+    assert lines[0].startswith(str(venv)), "speculators must come from the new venv"
+    assert lines[1] == "0.9.0 0.9.0"
+    assert lines[2] == ",".join(units)
+    assert "speculators 0.9.0" in check.stdout
+    for name in units:
+        assert f"  - {name}" in check.stdout
+    version = run([str(venv / "bin" / "speculators-kimi"), "--version"]).stdout
+    assert "upstream speculators 0.9.0" in version
+    # Python run from the repository root: speculators_kimi is the tree's (its build
+    # info read from upstream_patches/), speculators still the installed one.
+    here = run(
+        [
+            str(py),
+            "-c",
+            "import speculators, speculators_kimi as k\n"
+            "print(speculators.__file__)\nprint(','.join(k.PATCHES))",
+        ],
+        cwd=project,
+    ).stdout.splitlines()
+    assert here[0].startswith(str(venv)), here
+    assert here[1] == ",".join(units)
+    assert not list(project.glob("*.egg-info")), "egg-info in the source tree"

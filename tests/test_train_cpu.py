@@ -8,13 +8,12 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import free_port, run, torchrun_train
+from helpers import BIN, free_port, run, torchrun_train
 from safetensors.torch import load_file
 from speculators.models import Eagle3DraftModel
 
@@ -25,7 +24,6 @@ from speculators_kimi.tiny_verifier import (
     train_command,
 )
 
-BIN = Path(sys.executable).parent
 STEPS = 3
 #: Rich's log lines unwrapped, so a warning can be matched whole.
 WIDE = {"COLUMNS": "1000"}
@@ -134,15 +132,52 @@ def test_resume_skips_a_torn_weights_file(tiny, tmp_path):
     assert load_file(save / "0" / "model.safetensors")
 
 
-@pytest.mark.slow
-def test_torchrun_two_processes_gloo(tiny, tmp_path):
+def _torchrun_probed(tiny, tmp_path: Path, *extra: str) -> tuple[str, list[dict]]:
+    """A 3-step torchrun (2 gloo ranks) with what each rank set up (see
+    ``distributed_probe``): its output and the ranks' reports."""
     spec, verifier, data = tiny
     argv = train_command(spec, verifier, data, tmp_path / "run", max_steps=STEPS)
-    cmd = torchrun_train(argv[2:])
-    proc = run(cmd, cwd=tmp_path, timeout=600)
+    probe = tmp_path / "probe"
+    proc = run(
+        torchrun_train([*argv[2:], *extra], probe=True),
+        cwd=tmp_path,
+        env={"SPECULATORS_KIMI_PROBE": str(probe)},
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert out.count("Destroyed distributed process group") == 2, out[-3000:]
-    assert "backend" not in out or "nccl" not in out.lower()
+    ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for rank in ranks:
+        assert rank["backend"] == "gloo", rank["backend"]
+        assert rank["world_size"] == 2
+    return out, ranks
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_gloo(tiny, tmp_path):
+    out, ranks = _torchrun_probed(tiny, tmp_path)
+    for rank in ranks:
+        assert rank["model_class"] == "DistributedDataParallel"
+        assert all(p["type"] == "Parameter" for p in rank["params"].values())
+    check_run(out, tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_torchrun_fsdp_shards_the_draft(tiny, tmp_path):
+    """``--fsdp-shard``: every trainable parameter is a DTensor sharded on dim 0,
+    each rank holds its part (together: the whole), and the saved checkpoint is
+    the full model."""
+    out, ranks = _torchrun_probed(tiny, tmp_path, "--fsdp-shard")
+    names = ranks[0]["params"].keys()
+    assert names and names == ranks[1]["params"].keys()
+    for name in names:
+        parts = [rank["params"][name] for rank in ranks]
+        assert all(p["type"] == "DTensor" for p in parts), name
+        assert all(p["placements"] == ["Shard(0)"] for p in parts), parts
+        whole = math.prod(parts[0]["shape"])
+        assert sum(p["local_numel"] for p in parts) == whole, name
+        if parts[0]["shape"][0] >= 2:
+            assert all(p["local_numel"] < whole for p in parts), name
     check_run(out, tmp_path / "run")
 
 

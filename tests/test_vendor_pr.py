@@ -9,9 +9,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, extract_tar, run
-
-sys.path.insert(0, str(ROOT / "tools"))
+from helpers import extract_tar, run, vendor
 from vendorlib.pin import load_series
 
 IDENT = {
@@ -23,12 +21,11 @@ IDENT = {
 SIGNOFF = "Signed-off-by: Pat Tester <pat@example.com>"
 
 
-def vendor(project: Path, *args: str, check: bool = True):
-    return run(
-        [sys.executable, str(project / "tools" / "vendor"), *args],
-        env=IDENT,
-        check=check,
-    )
+@pytest.fixture(autouse=True)
+def git_identity(monkeypatch):
+    """Every `tools/vendor` run here signs off as Pat Tester."""
+    for key, value in IDENT.items():
+        monkeypatch.setenv(key, value)
 
 
 def fresh_pin_repo(sdist: Path, dest: Path) -> Path:

@@ -5,16 +5,13 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-import sys
 import tarfile
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, extract_tar, run
-
-sys.path.insert(0, str(ROOT / "tools"))
+from helpers import extract_tar, snapshot, vendor
 from vendorlib.pin import Unit, load_series
 from vendorlib.units import apply_unit, parse_hunks
 
@@ -46,18 +43,6 @@ def make_release(
         tf.add(top, arcname=top.name)
     shutil.rmtree(work)
     return out, hashlib.sha256(out.read_bytes()).hexdigest()
-
-
-def snapshot(directory: Path) -> dict[str, bytes]:
-    return {
-        p.relative_to(directory).as_posix(): p.read_bytes()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file()
-    }
-
-
-def vendor(project: Path, *args: str, check: bool = True):
-    return run([sys.executable, str(project / "tools" / "vendor"), *args], check=check)
 
 
 def rebase(project: Path, sdist: Path, sha: str, work: Path, *extra: str):

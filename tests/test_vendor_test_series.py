@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, run
-
-sys.path.insert(0, str(ROOT / "tools"))
 from vendorlib.pin import load_series
 from vendorlib.stepwise import own_test_files, patched_files
 

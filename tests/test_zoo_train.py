@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from datasets import Dataset
-from helpers import run, torchrun_train
+from helpers import BIN, run, torchrun_train
 from transformers import DynamicCache
 from zoo_builders import BUILDERS, Member
 
@@ -38,7 +37,6 @@ from speculators_kimi.datagen import (
     load_text_verifier,
 )
 
-BIN = Path(sys.executable).parent
 STEPS = 2
 
 
