@@ -3,6 +3,16 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, clean_copy, demo_command, json_report, pinned_sdist, run
 
+#: Fixtures that take well over 20 s to build: a test that uses one is ``slow``
+#: (the fast loop, ``pytest -m "not slow"``, leaves it to CI).
+HEAVY_FIXTURES = {"trained_demo", "trained_mla_demo", "release"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def upstream_sdist() -> Path:

@@ -93,7 +93,9 @@ def test_compiles_for_sm90_within_shared_memory(sm90_report, case):
 def test_no_register_spills_at_training_configs(sm90_report, case):
     """Spills would cost the kernels their speed (the old single config spilled
     kilobytes per thread at d=128)."""
-    for build in (b for b in sm90_report["builds"] if b["case"] == case):
+    builds = [b for b in sm90_report["builds"] if b["case"] == case]
+    assert len(builds) == 4, f"{case}: {len(builds)} builds, want one per kernel"
+    for build in builds:
         assert build["spill_store_bytes"] == 0, build
 
 

@@ -11,10 +11,8 @@ Only a complete replay rewrites the units, `UPSTREAM.toml` and `CHANGELOG.md`.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from pathlib import Path
 from .errors import VendorError
 from .gitwork import commit_all, export, git, materialize_git, unit_commits
 from .pin import load_pin, load_series, patches_dir
+from .pytest_run import run_pytest, tree_env
 from .sdist import cache_dir, download, extract, index_file, obtain, sha256_of
 from .units import Hunk, failed_hunks, run_git
 
@@ -275,20 +274,11 @@ def run_unit_tests(tree: Path) -> tuple[bool | None, str]:
     """`pytest tests/unit` on the tree with PYTHONPATH=src: (passed, summary)."""
     if not (tree / "tests" / "unit").is_dir():
         return None, "no tests/unit in the tree"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(tree / "src")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "tests/unit"],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    tail = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()]
-    summary = tail[-1].strip("= ") if tail else proc.stderr.strip()[-500:]
-    return proc.returncode == 0, summary
+    report = run_pytest(sys.executable, tree, ["tests/unit"], tree_env(tree / "src"))
+    if not report.outcomes:
+        return False, f"pytest reported no tests (rc={report.rc}): {report.tail}"
+    ok = report.rc == 0 and not report.ids("failed")
+    return ok, ("passed" if ok else "failed") + f" ({report.summary()})"
 
 
 def _write_result(
