@@ -49,12 +49,10 @@ QUICK = Geometry(64, 4, 4, 16, 128, 512, 256, 96, 3, 3)
 
 def build_draft(geo: Geometry, attn_impl: str, device: torch.device, dtype):
     """A one-layer EAGLE-3 draft with verifier-owned weights filled in."""
-    from speculators.config import SpeculatorsConfig, VerifierConfig
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import LlamaConfig
 
-    torch.manual_seed(0)
+    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
+
     layer = LlamaConfig(
         vocab_size=geo.vocab,
         hidden_size=geo.hidden,
@@ -66,33 +64,14 @@ def build_draft(geo: Geometry, attn_impl: str, device: torch.device, dtype):
         max_position_embeddings=max(geo.seq_len, 2048),
     )
     layer._attn_implementation = attn_impl
-    config = Eagle3SpeculatorConfig(
-        transformer_layer_config=layer,
+    model = build_eagle3_draft(
+        layer,
         draft_vocab_size=geo.draft_vocab,
-        norm_before_residual=False,
-        eagle_aux_hidden_state_layer_ids=[1, 2, 3],
-        speculators_config=SpeculatorsConfig(
-            algorithm="eagle3",
-            proposal_methods=[
-                GreedyTokenProposalConfig(speculative_tokens=geo.ttt_steps)
-            ],
-            default_proposal_method="greedy",
-            verifier=VerifierConfig(
-                name_or_path=None, architectures=["KimiK25ForConditionalGeneration"]
-            ),
-        ),
+        ttt_steps=geo.ttt_steps,
+        verifier_architecture="KimiK25ForConditionalGeneration",
+        std=0.02,
+        device=device,
     )
-    with torch.device(device):
-        model = Eagle3DraftModel(config)
-    for name, buf in model.named_buffers():
-        if buf.is_floating_point() and torch.isnan(buf).any():
-            raise RuntimeError(f"buffer {name} is NaN")
-    for weight in (
-        model.embed_tokens.weight,
-        model.lm_head.weight,
-        model.verifier_lm_head.weight,
-    ):
-        torch.nn.init.normal_(weight, std=0.02)
     return model.to(device=device, dtype=dtype)
 
 

@@ -78,12 +78,10 @@ def _document_ids() -> torch.Tensor:
 
 
 def _tiny_eagle3(attn_impl: str):
-    from speculators.config import SpeculatorsConfig, VerifierConfig
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import Qwen3Config
 
-    torch.manual_seed(0)
+    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
+
     layer_config = Qwen3Config(
         vocab_size=VOCAB,
         hidden_size=HIDDEN,
@@ -98,29 +96,13 @@ def _tiny_eagle3(attn_impl: str):
         sliding_window=WINDOW,
     )
     layer_config._attn_implementation = attn_impl
-    config = Eagle3SpeculatorConfig(
-        transformer_layer_config=layer_config,
+    return build_eagle3_draft(
+        layer_config,
         draft_vocab_size=VOCAB,
-        norm_before_residual=False,
-        eagle_aux_hidden_state_layer_ids=[0, 1, 2],
-        speculators_config=SpeculatorsConfig(
-            algorithm="eagle3",
-            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=TTT_STEPS)],
-            default_proposal_method="greedy",
-            verifier=VerifierConfig(
-                name_or_path=None, architectures=["Qwen3ForCausalLM"]
-            ),
-        ),
+        ttt_steps=TTT_STEPS,
+        verifier_architecture="Qwen3ForCausalLM",
+        std=0.5,
     )
-    model = Eagle3DraftModel(config)
-    # Verifier-owned weights start as NaN until loaded; give them values.
-    for weight in (
-        model.embed_tokens.weight,
-        model.lm_head.weight,
-        model.verifier_lm_head.weight,
-    ):
-        torch.nn.init.normal_(weight, std=0.5)
-    return model
 
 
 def _train_step(attn_impl: str) -> dict[str, torch.Tensor]:
