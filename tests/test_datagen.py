@@ -144,6 +144,7 @@ def _rows_dataset(path: Path, rows: list[list[int]]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_decoder_is_the_one_training_resolves(kimi, tmp_path):
     """Two decoders fit: the trainer's error, one line; the trainer's flag chooses."""
     from speculators.utils.verifier_weights import resolve_verifier_weights
@@ -207,6 +208,7 @@ def _run_cli(verifier: Path, data: Path, out: Path, *extra: str):
     )
 
 
+@pytest.mark.slow
 def test_cli_output_is_upstream_format_and_resume_is_byte_identical(llama, tmp_path):
     verifier, data = llama
     ref_dir = tmp_path / "ref"

@@ -131,6 +131,7 @@ def _rows(data: Path) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     return sorted((tuple(map(int, i)), tuple(map(int, m))) for i, m in pairs)
 
 
+@pytest.mark.slow
 def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path, capsys):
     from transformers import PreTrainedTokenizerFast
 

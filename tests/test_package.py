@@ -44,6 +44,7 @@ def _requires_dist(wheel: Path) -> list[str]:
 
 def _smoke(py: Path, work: Path, units: list[str]) -> None:
     """The installed commands, the triton backend and a 2-step CPU training."""
+    work.mkdir(parents=True, exist_ok=True)
     bin_dir = py.parent
     run([str(bin_dir / "speculators"), "--help"])
     version = run([str(bin_dir / "speculators-kimi"), "--version"]).stdout

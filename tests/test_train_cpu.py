@@ -77,6 +77,7 @@ def _resumable(argv: list[str], epochs: int) -> list[str]:
     return argv
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_during_a_save(tiny, tmp_path):
     """SIGKILL while checkpoint 1 is being written: the rerun resumes from 0."""
     spec, verifier, data = tiny

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import run, snapshot, vendor
 from vendorlib.pin import load_series
 from vendorlib.pytest_run import run_pytest, tree_env
@@ -127,6 +128,7 @@ def test_edit_a_unit_and_add_one_through_git(project_copy, tmp_path, upstream_sd
     assert (tree / "src/speculators/__main__.py").read_text() == main_py.read_text()
 
 
+@pytest.mark.slow
 def test_unit_tests_pass_on_the_materialized_tree(
     project_copy, tmp_path, upstream_sdist
 ):

@@ -84,6 +84,7 @@ def untouched_file(project: Path, tree_names: list[str]) -> str:
     return next(n for n in tree_names if n not in touched)
 
 
+@pytest.mark.slow
 def test_unrelated_change_applies_and_moves_the_pin(
     project_copy, tmp_path, upstream_sdist
 ):

@@ -10,9 +10,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import ROOT, run
 
 
+@pytest.mark.slow
 def test_tiny_run_loads_identical_weights_with_both_versions(tmp_path: Path):
     out = tmp_path / "bench.json"
     run(
