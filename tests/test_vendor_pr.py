@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import extract_tar, run, vendor
 from vendorlib.pin import load_series
+from vendorlib.pytest_run import run_pytest, tree_env
+from vendorlib.stepwise import own_test_files
 
 IDENT = {
     "GIT_AUTHOR_NAME": "Pat Tester",
@@ -77,18 +79,14 @@ def test_pr_bundle_applies_to_the_pin_signed_and_tested(
     for sha in log[:-1]:
         msg = run(["git", "log", "-1", "--format=%B", sha], cwd=tree).stdout
         assert SIGNOFF in msg, msg
-    # The unit's own tests pass there.
-    tests = [
-        p.as_posix() for p in unit.new_files() if p.as_posix().startswith("tests/")
-    ]
-    if not tests:
-        tests = ["tests/unit"]
-    proc = run(
-        [sys.executable, "-m", "pytest", "-q", *tests],
-        cwd=tree,
-        env={"PYTHONPATH": str(tree / "src")},
-    )
-    assert " passed" in proc.stdout
+    # The unit's own test files are in the bundle; each is collected there and
+    # its tests pass.
+    tests = own_test_files(unit)
+    assert tests, f"{unit.name} ships no tests"
+    report = run_pytest(sys.executable, tree, tests, tree_env(tree / "src"))
+    assert report.rc == 0 and not report.ids("failed"), report.tail
+    ran = {o.file for o in report.outcomes if o.status == "passed"}
+    assert ran == set(tests), (ran, tests)
 
 
 def test_pr_includes_the_units_it_depends_on(project_copy, tmp_path, upstream_sdist):
