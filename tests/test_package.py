@@ -145,8 +145,7 @@ def test_wheel_sdist_and_clean_clone_install_into_one_fresh_venv(release, tmp_pa
     """One fresh venv (pip's cache kept): the wheel, then the sdist, then ``pip
     install`` of a clean clone (the upstream sdist downloaded from the index), each
     installed in turn and smoke-tested."""
-    project = release["project"]
-    units = [u.name for u in load_series(project)]
+    units = [u.name for u in load_series(release["project"])]
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)])
     py = venv / "bin" / "python"
@@ -160,7 +159,9 @@ def test_wheel_sdist_and_clean_clone_install_into_one_fresh_venv(release, tmp_pa
     run([*reinstall, str(release["sdist"])], timeout=1800)
     _smoke(py, tmp_path / "sdist", units)
 
-    # `pip install .` from a clean clone: the upstream sdist comes from the index.
+    # `pip install .` from a clean clone (not the one `release` built in: that
+    # holds the materialized tree): the upstream sdist comes from the index.
+    project = clean_copy(tmp_path / "clone")
     cache = tmp_path / "cache"
     proc = run(
         [*reinstall, str(project)], env={"XDG_CACHE_HOME": str(cache)}, timeout=1800

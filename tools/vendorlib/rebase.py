@@ -278,7 +278,7 @@ def run_unit_tests(tree: Path) -> tuple[bool | None, str]:
     if not report.outcomes:
         return False, f"pytest reported no tests (rc={report.rc}): {report.tail}"
     ok = report.rc == 0 and not report.ids("failed")
-    return ok, ("passed" if ok else "failed") + f" ({report.summary()})"
+    return ok, report.summary()
 
 
 def _write_result(
