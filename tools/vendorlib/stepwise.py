@@ -397,9 +397,11 @@ def run_series(
                 reports.append(report)
                 print(_line(report), flush=True)
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            # Later trees hold more tests: start them first, so that no job is
+            # left alone with the longest tree at the end.
             futures = [
                 pool.submit(check_tree, python, suite, *t, one_thread=jobs > 1)
-                for t in trees
+                for t in reversed(trees)
             ]
             for future in as_completed(futures):
                 report = future.result()
