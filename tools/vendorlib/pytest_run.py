@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,8 +98,6 @@ def run_pytest(
     timeout: float = 1800,
 ) -> PytestReport:
     """``python -m pytest TARGETS`` in ``cwd`` with upstream's suite options."""
-    import time
-
     junit = cwd / ".pytest-run-junit.xml"
     junit.unlink(missing_ok=True)
     cmd = [

@@ -30,8 +30,7 @@ from pathlib import Path
 
 from .errors import VendorError
 from .pin import Unit, load_pin, load_series
-from .pytest_run import run_pytest
-from .pytest_run import tree_env as pytest_env
+from .pytest_run import run_pytest, tree_env
 from .sdist import extract, obtain
 from .units import apply_unit
 
@@ -141,17 +140,12 @@ class UnitReport:
         return suite_ok and not self.own.failed
 
 
-def tree_env(tree: Path, one_thread: bool = False) -> dict[str, str]:
-    """The environment that imports `speculators` from ``tree``/src, nothing else."""
-    return pytest_env(tree / "src", one_thread)
-
-
 def imported_from(python: str, tree: Path, cwd: Path) -> str:
     """Where ``python`` imports `speculators` from with :func:`tree_env`; checked."""
     proc = subprocess.run(
         [python, "-c", _WHERE],
         cwd=cwd,
-        env=tree_env(tree),
+        env=tree_env(tree / "src"),
         capture_output=True,
         text=True,
         check=False,
@@ -171,7 +165,7 @@ def installed_package(python: str, cwd: Path) -> Path | None:
     proc = subprocess.run(
         [python, "-c", _WHERE],
         cwd=cwd,
-        env=pytest_env(None),
+        env=tree_env(None),
         capture_output=True,
         text=True,
         check=False,
@@ -198,11 +192,7 @@ def same_package(installed: Path, tree: Path) -> bool:
 
 def tree_test_files(tree: Path) -> list[str]:
     """The test files under the tree's `tests/`: those of every unit so far."""
-    return sorted(
-        rel
-        for p in (tree / "tests").rglob("*.py")
-        if is_test_file(rel := p.relative_to(tree).as_posix())
-    )
+    return [rel for rel in tree_test_dir_files(tree) if is_test_file(rel)]
 
 
 def suite_workdir(suite: Path, tree: Path, dest: Path) -> Path:
@@ -248,7 +238,7 @@ def check_tree(
     t0 = time.monotonic()
     files = tree_test_files(tree)
     own = OwnResult(files, own=own_test_files(unit))
-    env = tree_env(tree, one_thread)
+    env = tree_env(tree / "src", one_thread)
     if suite is not None:
         cwd = suite_workdir(suite, tree, tree.parent / f"{tree.name}.run")
         report = run_pytest(python, cwd, ["tests/unit", *files], env, TIMEOUT_S)
