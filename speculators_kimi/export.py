@@ -34,6 +34,7 @@ import re
 import shlex
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,6 +209,38 @@ def _mla_serving_config(
     return out
 
 
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an ``out`` that is a file, or a non-empty directory unless
+    ``overwrite`` (whose files would otherwise be mixed with the export's)."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        held = sorted(p.name for p in out.iterdir())
+        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+        raise ExportError(
+            f"--out {out} is not empty ({shown}); choose a new directory, or pass "
+            "--overwrite to replace it whole"
+        )
+
+
+def _move_into_place(staging: Path, out: Path) -> None:
+    """Rename the finished ``staging`` to ``out``; a previous ``out`` is renamed
+    aside first and removed only once the new one is in place."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        out.rename(old / out.name)
+    try:
+        staging.rename(out)
+    except OSError:
+        if old is not None:
+            (old / out.name).rename(out)
+        raise
+    finally:
+        if old is not None and out.exists():
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def export_draft(
     checkpoint: str | Path,
     out: str | Path,
@@ -215,14 +248,21 @@ def export_draft(
     verifier_id: str | None = None,
     keep_embeddings: bool = False,
     verifier: str | None = None,
+    overwrite: bool = False,
 ) -> ExportResult:
     """Write ``out``: ``checkpoint`` in the form vLLM serves (``vllm serve out``
     for Llama-style layers; ``--speculative-config`` for MLA layers).
 
+    The export is written to a staging directory beside ``out`` and renamed into
+    place, so ``out`` is either the previous directory or the whole new export,
+    never a mix or a torn file.
+
     :param verifier: a local copy of the verifier to compare the embedding with
         (default: the path recorded in the checkpoint, when it exists).
-    :raises ExportError: no Hub id for the verifier, ``out`` is the checkpoint, or
-        an MLA draft vLLM cannot serve as trained (``norm_before_fc``).
+    :param overwrite: replace an existing non-empty ``out`` whole.
+    :raises ExportError: no Hub id for the verifier, ``out`` is the checkpoint or
+        a non-empty directory (without ``overwrite``), or an MLA draft vLLM
+        cannot serve as trained (``norm_before_fc``).
     """
     from safetensors.torch import load_file, save_file
 
@@ -232,6 +272,7 @@ def export_draft(
         raise ExportError(f"{checkpoint}: no config.json; is it a checkpoint?")
     if out.resolve() == checkpoint.resolve():
         raise ExportError("--out must differ from the checkpoint (it stays as is)")
+    _check_out(out, overwrite)
     config = json.loads(config_file.read_text())
     if config.get("speculators_model_type") != "eagle3":
         raise ExportError(
@@ -273,15 +314,23 @@ def export_draft(
         if same:
             del tensors["embed_tokens.weight"]
             dropped["embed_tokens.weight"] = f"the verifier's ({how}); vLLM shares it"
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(serving, indent=2) + "\n")
     # config.py is the speculators config class: the native layout has no use for it.
-    for extra in (
+    extras = (
         ("generation_config.json",) if mla else ("config.py", "generation_config.json")
-    ):
-        if (checkpoint / extra).is_file():
-            shutil.copy2(checkpoint / extra, out / extra)
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    try:
+        save_file(
+            tensors, str(staging / "model.safetensors"), metadata={"format": "pt"}
+        )
+        (staging / "config.json").write_text(json.dumps(serving, indent=2) + "\n")
+        for extra in extras:
+            if (checkpoint / extra).is_file():
+                shutil.copy2(checkpoint / extra, staging / extra)
+        _move_into_place(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     methods = config["speculators_config"]["proposal_methods"]
     k = int(methods[0]["speculative_tokens"])
     layout = "native" if mla else "speculators"
@@ -327,6 +376,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="ship the draft's embedding even when it equals the verifier's",
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a non-empty --out whole (by default it is refused)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -338,6 +392,7 @@ def run(args: argparse.Namespace) -> int:
             verifier_id=args.verifier_id,
             keep_embeddings=args.keep_embeddings,
             verifier=args.verifier,
+            overwrite=args.overwrite,
         )
     except (ExportError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
