@@ -64,6 +64,8 @@ class Report:
     memory: dict[str, Any] | None = None
     # Per tensor NaN/inf counts; None when --check-values was not given.
     values: list[dict[str, Any]] | None = None
+    # Every shard the weight map names: {shard, tensors, ok}; None for a Hub id.
+    shards: list[dict[str, Any]] | None = None
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -81,6 +83,7 @@ class Report:
             "draft_config": self.draft_config,
             "estimated_memory": self.memory,
             "value_check": self.values,
+            "shards": self.shards,
             "problems": [p.to_dict() for p in self.problems],
         }
 
@@ -180,6 +183,45 @@ def _weights_section(verifier: str, text_config: Any, report: Report, args) -> A
     if spec.quantization:
         report.quantization.append(f"output head: {spec.quantization}")
     return spec
+
+
+def _shards_section(verifier: str, report: Report) -> None:
+    """Each shard a local checkpoint's weight map names exists and is as long as
+    its header says (``safetensors`` checks that on open; no tensor is read).
+
+    The embedding, head and norm shards are read by the weights section; a
+    missing or torn layer shard would otherwise only fail the next command."""
+    from speculators.utils.verifier_weights.files import (
+        is_local,
+        read_shard_metadata,
+        read_weight_index,
+    )
+    from speculators.utils.verifier_weights.spec import VerifierWeightsError
+
+    if not is_local(verifier):
+        return
+    by_shard: dict[str, list[str]] = {}
+    for key, shard in read_weight_index(verifier).items():
+        by_shard.setdefault(shard, []).append(key)
+    report.shards = []
+    for shard, keys in sorted(by_shard.items()):
+        record: dict[str, Any] = {"shard": shard, "tensors": len(keys), "ok": True}
+        report.shards.append(record)
+        path = Path(verifier) / shard
+        try:
+            read_shard_metadata(path)
+        except VerifierWeightsError as err:
+            record["ok"] = False
+            named = ", ".join(sorted(keys)[:3]) + (", ..." if len(keys) > 3 else "")
+            state = "missing" if not path.is_file() else "unreadable"
+            cause = "" if state == "missing" else f" ({err.__cause__ or err})"
+            report.problems.append(
+                Problem(
+                    f"Shard {path} is {state}{cause}; the weight map puts "
+                    f"{len(keys)} tensors there ({named}).",
+                    "Re-download the checkpoint (or this shard) and run doctor again.",
+                )
+            )
 
 
 def _value_targets(spec: Any) -> list[tuple[str, Any]]:
@@ -438,7 +480,16 @@ def _problem_for(err: Exception) -> Problem:
 
 def diagnose(verifier: str, args: argparse.Namespace) -> Report:
     """Run every check; never raises for a bad verifier (problems are reported)."""
+    from speculators.utils.cli_errors import check_model_source
+
     report = Report(verifier=verifier)
+    try:
+        check_model_source(verifier, "verifier")
+    except ValueError as err:
+        report.problems.append(
+            Problem(str(err), "Give an existing checkpoint directory or a Hub id.")
+        )
+        return report
     try:
         text_config = _text_config_section(verifier, args.trust_remote_code, report)
     except Exception as err:
@@ -446,11 +497,18 @@ def diagnose(verifier: str, args: argparse.Namespace) -> Report:
         return report
     if args.draft_vocab_size is None:
         args.draft_vocab_size = min(DEFAULT_DRAFT_VOCAB, int(text_config.vocab_size))
+    try:
+        _shards_section(verifier, report)
+    except Exception as err:
+        report.problems.append(_problem_for(err))
+    bad_shards = [r["shard"] for r in report.shards or [] if not r["ok"]]
     spec = None
     try:
         spec = _weights_section(verifier, text_config, report, args)
     except Exception as err:
-        report.problems.append(_problem_for(err))
+        # A shard reported above is not reported twice.
+        if not any(shard in str(err) for shard in bad_shards):
+            report.problems.append(_problem_for(err))
     if getattr(args, "check_values", False) and spec is not None:
         _values_section(spec, report, progress=sys.stderr)
     try:
@@ -533,6 +591,12 @@ def render(report: Report) -> str:
             lines.append(
                 f"  {record['role']}: {record['key']}  [{record['file']}]  {state}"
             )
+    if report.shards is not None:
+        bad = [r["shard"] for r in report.shards if not r["ok"]]
+        lines.append(
+            f"shards: {len(report.shards) - len(bad)} of {len(report.shards)} "
+            "present and whole" + (f" (not: {', '.join(bad)})" if bad else "")
+        )
     if report.problems:
         lines.append(f"PROBLEMS ({len(report.problems)}):")
         for problem in report.problems:

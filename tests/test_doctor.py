@@ -169,6 +169,44 @@ def test_missing_shard_is_a_problem(tmp_path, capsys):
     assert "Re-download" in problem["fix"]
 
 
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_every_shard_of_the_index_is_checked(tmp_path, capsys, damage):
+    """A layer shard (which no tensor the draft reads lives in) is checked too:
+    present, and as long as its header says."""
+    path = kimi_hub(tmp_path / "kimi")
+    shard = path / "model-00002-of-00003.safetensors"
+    if damage == "missing":
+        shard.unlink()
+    else:
+        shard.write_bytes(shard.read_bytes()[:-16])
+    before = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+    code, report = _doctor(capsys, str(path), "--check-values")
+    assert code == 1
+    (problem,) = report["problems"]
+    state = "missing" if damage == "missing" else "unreadable"
+    assert f"Shard {shard} is {state}" in problem["problem"]
+    assert "language_model.model.layers.0.input_layernorm.weight" in problem["problem"]
+    assert "Re-download" in problem["fix"]
+    bad = [r for r in report["shards"] if not r["ok"]]
+    assert [r["shard"] for r in bad] == [shard.name]
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    assert bad[0]["tensors"] == list(index["weight_map"].values()).count(shard.name)
+    assert {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()} == before
+    assert cli.main(["doctor", str(path)]) == 1
+    assert f"shards: 2 of 3 present and whole (not: {shard.name})" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_local_path_that_does_not_exist_is_named(tmp_path, capsys):
+    missing = tmp_path / "no" / "such"
+    code, report = _doctor(capsys, str(missing))
+    assert code == 1
+    (problem,) = report["problems"]
+    assert f"{missing}: the local path does not exist" in problem["problem"]
+    assert "Hub" not in problem["problem"].split(";")[0]
+
+
 def test_ambiguous_head_names_override(tmp_path, capsys):
     head = {
         "language_model.lm_head.weight": torch.randn(VOCAB, HIDDEN),
