@@ -1,8 +1,9 @@
-import subprocess
+import runpy
 import sys
 
 import pytest
 
+from speculators import __main__ as speculators_main
 from speculators.train.config.resolution import ConfigError
 from speculators.utils.cli_errors import (
     TRACEBACK_ENV,
@@ -87,27 +88,33 @@ def test_run_cli_keeps_tracebacks_on_request_and_for_bugs(monkeypatch):
         run_cli(lambda: 1 / 0)
 
 
+def _speculators_train(argv: list[str]) -> None:
+    """``speculators train ARGV``, as the console script runs it."""
+    sys.argv = ["speculators", "train", *argv]
+    speculators_main.app()
+
+
+def _python_m_speculators_train(argv: list[str]) -> None:
+    """``python -m speculators.train ARGV`` (what torchrun launches)."""
+    sys.argv = ["speculators.train", *argv]
+    runpy.run_module("speculators.train", run_name="__main__", alter_sys=True)
+
+
 @pytest.mark.parametrize(
     "entry",
-    [["-m", "speculators", "train"], ["-m", "speculators.train"]],
+    [_speculators_train, _python_m_speculators_train],
     ids=["speculators-train", "python-m-speculators.train"],
 )
-def test_train_commands_report_a_missing_verifier(tmp_path, entry):
+def test_train_commands_report_a_missing_verifier(
+    tmp_path, monkeypatch, capsys, entry
+):
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(sys, "argv", sys.argv)
     missing = tmp_path / "no-such-verifier"
-    proc = subprocess.run(  # noqa: S603
-        [
-            sys.executable,
-            *entry,
-            "--verifier-name-or-path",
-            str(missing),
-            "--data-path",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert proc.returncode == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert f"{missing}: the local path does not exist" in proc.stderr
+    with pytest.raises(SystemExit) as exc_info:
+        entry(["--verifier-name-or-path", str(missing), "--data-path", str(tmp_path)])
+    assert exc_info.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"{missing}: the local path does not exist" in err
