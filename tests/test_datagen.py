@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from transformers import (
 )
 
 from speculators_kimi.datagen import (
+    OtherVerifierError,
     capture_hidden_states,
     default_target_layer_ids,
     generate_hidden_states,
@@ -343,3 +345,51 @@ def test_missing_verifier_is_one_line(tmp_path):
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert f"{missing}: the local path does not exist" in proc.stderr
+
+
+def test_files_of_another_verifier_are_redone_or_refused(kimi, tmp_path):
+    """Verifier B is A fine-tuned (one layer changed, same shapes): A's files in
+    the output directory are not B's, whatever their shapes say."""
+    from speculators.data_generation.provenance import read_provenance
+
+    rows = [[2, 5, 9, 11], [2, 7, 7, 100, 200], [2, 8, 3]]
+    data = _rows_dataset(tmp_path / "data", rows)
+    out = data / "hidden_states"
+    generate_hidden_states(kimi, data, dtype="float32", device="cpu", progress=False)
+    other = tmp_path / "kimi-b"
+    shutil.copytree(kimi, other)
+    tensors = load_file(other / "model.safetensors")
+    tensors[TEXT_PREFIX + "model.layers.1.self_attn.o_proj.weight"] += 0.5
+    write_checkpoint(other, tensors)
+    mine = _snapshot(out)
+
+    with pytest.raises(OtherVerifierError) as raised:
+        generate_hidden_states(
+            other, data, dtype="float32", progress=False, on_mismatch="error"
+        )
+    assert f"3 of 3 files in {out} (the first: hs_0.safetensors)" in str(raised.value)
+    assert str(other) in str(raised.value)
+    assert _snapshot(out) == mine
+
+    res = generate_hidden_states(other, data, dtype="float32", progress=False)
+    assert (res.written, res.skipped, res.other_verifier) == (3, 0, 3)
+    made_by = read_provenance(out / "hs_1.safetensors")
+    assert made_by["verifier"] == str(other)
+    # Each file is B's now: a rerun with B has nothing to do.
+    again = generate_hidden_states(other, data, dtype="float32", progress=False)
+    assert (again.written, again.skipped) == (0, 3)
+    assert made_by["target_layer_ids"] == res.target_layer_ids
+
+
+def test_an_output_dir_that_is_a_file_is_one_line(llama, tmp_path, capsys):
+    from speculators_kimi import cli
+
+    verifier, data = llama
+    occupied = tmp_path / "taken"
+    occupied.write_text("the user's file\n")
+    argv = ["generate-hidden-states", "--verifier", str(verifier)]
+    argv += ["--data-path", str(data), "--output-dir", str(occupied / "hs")]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"--output-dir {occupied / 'hs'}: {occupied} is a file" in err
+    assert occupied.read_text() == "the user's file\n"

@@ -30,7 +30,12 @@ from __future__ import annotations
 
 from .capture import capture_hidden_states
 from .cli import main
-from .generate import GenerationResult, generate_hidden_states
+from .generate import (
+    GenerationResult,
+    OtherVerifierError,
+    OutputDirError,
+    generate_hidden_states,
+)
 from .plan import (
     ContextLengthError,
     default_target_layer_ids,
@@ -43,6 +48,8 @@ __all__ = [
     "HS_DIRNAME",
     "ContextLengthError",
     "GenerationResult",
+    "OtherVerifierError",
+    "OutputDirError",
     "capture_hidden_states",
     "default_target_layer_ids",
     "generate_hidden_states",

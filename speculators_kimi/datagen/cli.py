@@ -18,7 +18,12 @@ from ..cli import (
     placement_from_args,
     verifier_weight_kwargs,
 )
-from .generate import DTYPES, generate_hidden_states
+from .generate import (
+    DTYPES,
+    OtherVerifierError,
+    OutputDirError,
+    generate_hidden_states,
+)
 from .plan import ContextLengthError
 
 __all__ = ["add_arguments", "main", "run"]
@@ -66,6 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="redo files that are complete"
     )
+    parser.add_argument(
+        "--on-mismatch",
+        choices=("regenerate", "error"),
+        default="regenerate",
+        help="finished files of another verifier (other weights or config) in "
+        "the output directory: regenerate them (default), or stop before any work",
+    )
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -94,13 +106,24 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             overwrite=args.overwrite,
             placement=placement,
+            on_mismatch=args.on_mismatch,
         )
-    except (ContextLengthError, FileNotFoundError) as err:
+    except (
+        ContextLengthError,
+        FileNotFoundError,
+        OtherVerifierError,
+        OutputDirError,
+    ) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    others = (
+        f", {res.other_verifier} of them replacing another verifier's"
+        if res.other_verifier
+        else ""
+    )
     print(
-        f"hidden states: {res.output_dir} ({res.written} written, {res.skipped} "
-        f"already complete); target layer ids {res.target_layer_ids}"
+        f"hidden states: {res.output_dir} ({res.written} written{others}, "
+        f"{res.skipped} already complete); target layer ids {res.target_layer_ids}"
     )
     return 0
 

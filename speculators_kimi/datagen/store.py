@@ -1,10 +1,13 @@
 """The on-disk format: ``hs_<i>.safetensors`` as upstream's trainer reads it.
 
 Each file holds ``hidden_states`` ``[seq, n_aux + 1, hidden]`` and ``token_ids``
-``[seq]``, plus one metadata entry (the aux layer ids and the decoder prefix). A
-file is written under a temporary name and renamed, so a killed run leaves either
-a whole file or none; on resume a file counts as done only if its header, dtype,
-layer ids and token ids match what would be written now.
+``[seq]``, plus two metadata entries: ours (the aux layer ids and the decoder
+prefix) and the verifier that produced it (unit 0016's
+``speculators.provenance``: its path, content fingerprint and layer ids, which
+``speculators train`` checks). A file is written under a temporary name and
+renamed, so a killed run leaves either a whole file or none; on resume a file
+counts as done only if its header, dtype, layer ids, verifier fingerprint and
+token ids match what would be written now.
 """
 
 from __future__ import annotations
@@ -12,17 +15,20 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save
+from speculators.data_generation.provenance import PROVENANCE_KEY, provenance_metadata
 
 __all__ = [
     "HS_DIRNAME",
+    "FileState",
     "file_metadata",
+    "file_state",
     "hs_path",
-    "is_complete",
     "remove_stale_temps",
     "write_atomic",
 ]
@@ -37,13 +43,30 @@ def hs_path(out_dir: Path, idx: int) -> Path:
     return out_dir / f"hs_{idx}.safetensors"
 
 
-def file_metadata(layer_ids: Sequence[int], prefix: str) -> dict[str, str]:
-    """The files' metadata: one entry, so the bytes do not depend on hash order."""
+def file_metadata(
+    layer_ids: Sequence[int], prefix: str, verifier: str, fingerprint: str
+) -> dict[str, str]:
+    """The files' metadata: JSON values, so the bytes do not depend on hash order."""
     info = {"target_layer_ids": list(layer_ids), "verifier_prefix": prefix}
-    return {_META_KEY: json.dumps(info, sort_keys=True)}
+    return {
+        _META_KEY: json.dumps(info, sort_keys=True),
+        **provenance_metadata(fingerprint, verifier, list(layer_ids)),
+    }
 
 
-def is_complete(
+class FileState(Enum):
+    """What a file on disk is, compared with what would be written now."""
+
+    DONE = "done"
+    ABSENT = "absent"
+    #: Whole and of the right shape, but made by a verifier with another
+    #: fingerprint (other weights or config).
+    OTHER_VERIFIER = "other verifier"
+    #: Torn, another shape, dtype, layer ids or tokens.
+    STALE = "stale"
+
+
+def file_state(
     path: Path,
     token_ids: Sequence[int],
     *,
@@ -51,26 +74,33 @@ def is_complete(
     hidden_size: int,
     dtype: torch.dtype,
     layer_ids: Sequence[int],
-) -> bool:
+    fingerprint: str,
+) -> FileState:
     """Whether ``path`` is a finished, matching file (reads header + token ids)."""
     if not path.is_file():
-        return False
+        return FileState.ABSENT
     try:
         with safe_open(str(path), framework="pt") as f:
             if set(f.keys()) != {"hidden_states", "token_ids"}:
-                return False
-            meta = json.loads((f.metadata() or {}).get(_META_KEY, "{}"))
-            if meta.get("target_layer_ids") != list(layer_ids):
-                return False
+                return FileState.STALE
+            meta = f.metadata() or {}
+            ours = json.loads(meta.get(_META_KEY, "{}"))
+            if ours.get("target_layer_ids") != list(layer_ids):
+                return FileState.STALE
             hs = f.get_slice("hidden_states")
             if list(hs.get_shape()) != [len(token_ids), num_entries, hidden_size]:
-                return False
+                return FileState.STALE
             if hs.get_dtype() != _ST_DTYPES.get(dtype):
-                return False
+                return FileState.STALE
             tok = f.get_tensor("token_ids")
-        return tok.tolist() == list(token_ids)
+        if tok.tolist() != list(token_ids):
+            return FileState.STALE
     except Exception:
-        return False
+        return FileState.STALE
+    made_by = json.loads(meta.get(PROVENANCE_KEY, "{}"))
+    if made_by.get("verifier_fingerprint") != fingerprint:
+        return FileState.OTHER_VERIFIER
+    return FileState.DONE
 
 
 def write_atomic(

@@ -36,6 +36,7 @@ __all__ = [
     "decoder_prefix",
     "input_device",
     "load_text_verifier",
+    "local_verifier",
     "parse_max_memory",
 ]
 
@@ -210,6 +211,20 @@ def _from_pretrained(
     return loaded
 
 
+def local_verifier(verifier: str | Path) -> Path:
+    """``verifier`` as a local directory: hidden states need all its shards.
+
+    :raises FileNotFoundError: it is not one (a Hub id, a missing path).
+    """
+    path = Path(verifier)
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"verifier {verifier} is not a local directory (download it first, e.g. "
+            "`hf download`)"
+        )
+    return path
+
+
 def load_text_verifier(
     verifier: str | Path,
     *,
@@ -232,12 +247,7 @@ def load_text_verifier(
     from speculators.utils.text_config import load_text_config
     from speculators.utils.verifier_weights import VerifierWeightsError
 
-    path = Path(verifier)
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"verifier {verifier} is not a local directory (download it first, e.g. "
-            "`hf download`)"
-        )
+    path = local_verifier(verifier)
     text_config = load_text_config(str(path), trust_remote_code=trust_remote_code)
     prefix = decoder_prefix(
         path,
