@@ -2,6 +2,7 @@
 
 import copy
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -78,7 +79,7 @@ def _reference_first_step(model: Eagle3DraftModel, batch) -> torch.Tensor:
     the draft's, since they read ``cat([embeds, hidden])``. Every other weight is
     loaded into it by name, strictly.
     """
-    layer = model.layers[0]
+    layer: Any = model.layers[0]
     config = copy.copy(model.config.transformer_layer_config)
     config._attn_implementation = "eager"
     attention = DeepseekV3Attention(config, layer_idx=0)
@@ -110,7 +111,7 @@ def test_geometry_comes_from_the_verifier(kimi):
         assert getattr(draft, name) == getattr(text, name), name
     assert draft.num_attention_heads == text.num_attention_heads
     assert draft.layer_types == ["full_attention"]
-    attention = model.layers[0].self_attn
+    attention: Any = model.layers[0].self_attn
     assert attention.q_a_proj.in_features == 2 * text.hidden_size
     assert attention.kv_a_proj_with_mqa.in_features == 2 * text.hidden_size
     assert attention.kv_b_proj.in_features == text.kv_lora_rank

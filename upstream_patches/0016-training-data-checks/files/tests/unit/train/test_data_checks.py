@@ -1,5 +1,6 @@
 import shutil
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -48,7 +49,7 @@ def _hidden_states(directory, rows, hidden, metadata=None):
 
 
 def _check(directory, **kwargs):
-    values = {
+    values: dict[str, Any] = {
         "num_entries": ENTRIES,
         "hidden_size": verifiers.HIDDEN,
         "verifier": "V",
