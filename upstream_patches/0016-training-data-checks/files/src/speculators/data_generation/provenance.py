@@ -31,6 +31,7 @@ __all__ = [
     "decoder_fingerprint",
     "local_checkpoint_dir",
     "provenance_metadata",
+    "provenance_of",
     "read_provenance",
 ]
 
@@ -128,5 +129,10 @@ def read_provenance(path: str | Path) -> dict[str, Any] | None:
     :raises safetensors.SafetensorError: the file is torn or not safetensors.
     """
     with safe_open(str(path), framework="pt") as handle:
-        entry = (handle.metadata() or {}).get(PROVENANCE_KEY)
+        return provenance_of(handle.metadata())
+
+
+def provenance_of(metadata: dict[str, str] | None) -> dict[str, Any] | None:
+    """The provenance in a hidden-state file's metadata, or ``None``."""
+    entry = (metadata or {}).get(PROVENANCE_KEY)
     return json.loads(entry) if entry else None

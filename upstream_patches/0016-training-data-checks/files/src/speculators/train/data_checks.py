@@ -20,7 +20,7 @@ from safetensors import SafetensorError, safe_open
 from speculators.data_generation.provenance import (
     decoder_fingerprint,
     local_checkpoint_dir,
-    read_provenance,
+    provenance_of,
 )
 from speculators.utils.text_config import load_text_config
 
@@ -96,7 +96,7 @@ def _file_problem(
     try:
         with safe_open(str(path), framework="pt") as handle:
             shape = handle.get_slice("hidden_states").get_shape()
-        recorded = read_provenance(path)
+            recorded = provenance_of(handle.metadata())
     except (SafetensorError, OSError) as err:
         return (
             f"{path} is torn or not a safetensors file ({err}); delete it and "
