@@ -17,6 +17,7 @@ from datasets import Dataset
 from helpers import run
 from safetensors import safe_open
 from safetensors.torch import load_file
+from speculators.data_generation.provenance import PROVENANCE_KEY, read_provenance
 from speculators.utils.verifier_weights import VerifierWeightsError
 from transformers import (
     DeepseekV3ForCausalLM,
@@ -172,7 +173,7 @@ def test_decoder_is_the_one_training_resolves(kimi, tmp_path):
         )
         got = load_file(out / "hs_0.safetensors")
         with safe_open(str(out / "hs_0.safetensors"), framework="pt") as f:
-            meta = json.loads(f.metadata()["speculators_kimi"])
+            meta = json.loads(f.metadata()[PROVENANCE_KEY])
         assert meta["verifier_prefix"] == prefix
         want, _ = capture_hidden_states(model, got["token_ids"][None], [2, 4, 5])
         close = torch.allclose(got["hidden_states"], want[0], atol=2e-5, rtol=1e-4)
@@ -282,7 +283,10 @@ def test_cli_output_is_upstream_format_and_resume_is_byte_identical(llama, tmp_p
     assert {p.name: p.stat().st_mtime_ns for p in part.iterdir()} == before
     with safe_open(str(part / names[5]), framework="pt") as f:
         meta = f.metadata()
-    assert json.loads(meta["speculators_kimi"])["target_layer_ids"] == n_layers
+    # One entry: safetensors writes the map in hash order, so two would make the
+    # bytes differ between runs.
+    assert set(meta) == {PROVENANCE_KEY}
+    assert json.loads(meta[PROVENANCE_KEY])["target_layer_ids"] == n_layers
 
 
 def test_context_length_error_names_the_sample(llama, tmp_path):
@@ -350,7 +354,6 @@ def test_missing_verifier_is_one_line(tmp_path):
 def test_files_of_another_verifier_are_redone_or_refused(kimi, tmp_path):
     """Verifier B is A fine-tuned (one layer changed, same shapes): A's files in
     the output directory are not B's, whatever their shapes say."""
-    from speculators.data_generation.provenance import read_provenance
 
     rows = [[2, 5, 9, 11], [2, 7, 7, 100, 200], [2, 8, 3]]
     data = _rows_dataset(tmp_path / "data", rows)

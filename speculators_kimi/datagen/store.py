@@ -1,10 +1,11 @@
 """The on-disk format: ``hs_<i>.safetensors`` as upstream's trainer reads it.
 
 Each file holds ``hidden_states`` ``[seq, n_aux + 1, hidden]`` and ``token_ids``
-``[seq]``, plus two metadata entries: ours (the aux layer ids and the decoder
-prefix) and the verifier that produced it (unit 0016's
-``speculators.provenance``: its path, content fingerprint and layer ids, which
-``speculators train`` checks). A file is written under a temporary name and
+``[seq]``, plus one metadata entry, unit 0016's ``speculators.provenance``: the
+verifier that produced it (its path and content fingerprint, which ``speculators
+train`` checks), the aux layer ids and, ours, the decoder prefix. One entry,
+because safetensors writes its metadata map in hash order: two entries would
+make a file's bytes differ from run to run. A file is written under a temporary name and
 renamed, so a killed run leaves either a whole file or none; on resume a file
 counts as done only if its header, dtype, layer ids, verifier fingerprint and
 token ids match what would be written now.
@@ -21,7 +22,11 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from safetensors.torch import save
-from speculators.data_generation.provenance import PROVENANCE_KEY, provenance_metadata
+from speculators.data_generation.provenance import (
+    PROVENANCE_KEY,
+    provenance_metadata,
+    provenance_of,
+)
 
 __all__ = [
     "HS_DIRNAME",
@@ -34,7 +39,6 @@ __all__ = [
 ]
 
 HS_DIRNAME = "hidden_states"
-_META_KEY = "speculators_kimi"
 _ST_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
 
 
@@ -46,12 +50,12 @@ def hs_path(out_dir: Path, idx: int) -> Path:
 def file_metadata(
     layer_ids: Sequence[int], prefix: str, verifier: str, fingerprint: str
 ) -> dict[str, str]:
-    """The files' metadata: JSON values, so the bytes do not depend on hash order."""
-    info = {"target_layer_ids": list(layer_ids), "verifier_prefix": prefix}
-    return {
-        _META_KEY: json.dumps(info, sort_keys=True),
-        **provenance_metadata(fingerprint, verifier, list(layer_ids)),
-    }
+    """The files' metadata: one entry (see the module docstring)."""
+    record = json.loads(
+        provenance_metadata(fingerprint, verifier, list(layer_ids))[PROVENANCE_KEY]
+    )
+    record["verifier_prefix"] = prefix
+    return {PROVENANCE_KEY: json.dumps(record, sort_keys=True)}
 
 
 class FileState(Enum):
@@ -83,9 +87,8 @@ def file_state(
         with safe_open(str(path), framework="pt") as f:
             if set(f.keys()) != {"hidden_states", "token_ids"}:
                 return FileState.STALE
-            meta = f.metadata() or {}
-            ours = json.loads(meta.get(_META_KEY, "{}"))
-            if ours.get("target_layer_ids") != list(layer_ids):
+            made_by = provenance_of(f.metadata()) or {}
+            if made_by.get("target_layer_ids") != list(layer_ids):
                 return FileState.STALE
             hs = f.get_slice("hidden_states")
             if list(hs.get_shape()) != [len(token_ids), num_entries, hidden_size]:
@@ -97,7 +100,6 @@ def file_state(
             return FileState.STALE
     except Exception:
         return FileState.STALE
-    made_by = json.loads(meta.get(PROVENANCE_KEY, "{}"))
     if made_by.get("verifier_fingerprint") != fingerprint:
         return FileState.OTHER_VERIFIER
     return FileState.DONE
