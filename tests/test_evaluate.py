@@ -275,3 +275,58 @@ def test_max_memory_parsing():
     }
     with pytest.raises(ValueError, match="DEVICE=SIZE"):
         parse_max_memory("70GiB")
+
+
+def test_a_draft_for_another_verifier_is_named_before_loading(tmp_path, capsys):
+    """A draft of verifier A evaluated on B (wider) or on the Kimi-shaped one: one
+    line naming both verifiers and what differs; no weights loaded, no report."""
+    from transformers import AutoConfig
+
+    from speculators_kimi.cli import main
+    from speculators_kimi.tiny_verifier import (
+        TinyVerifierSpec,
+        build_kimi_tiny,
+        build_verifier,
+    )
+    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
+
+    a = build_verifier(TinyVerifierSpec(num_samples=2), tmp_path / "a")
+    b = build_verifier(TinyVerifierSpec(num_samples=2, hidden_size=96), tmp_path / "b")
+    kimi = build_kimi_tiny(tmp_path / "kimi")
+    layer = AutoConfig.from_pretrained(a)
+    layer.num_hidden_layers = 1
+    draft = build_eagle3_draft(
+        layer,
+        draft_vocab_size=layer.vocab_size,
+        ttt_steps=2,
+        verifier_architecture="LlamaForCausalLM",
+        std=0.02,
+    )
+    draft.config.speculators_config.verifier.name_or_path = str(a)
+    ckpt = tmp_path / "draft"
+    draft.save_pretrained(ckpt)
+    prompts = tmp_path / "prompts.jsonl"
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    prompts.write_text(json.dumps({"conversations": turns}) + "\n")
+    report = tmp_path / "report.json"
+
+    def evaluate(verifier: Path) -> int:
+        argv = ["evaluate", "--draft", str(ckpt), "--verifier", str(verifier)]
+        argv += ["--prompts", str(prompts), "--json", str(report), "--no-progress"]
+        return main([*argv, "--max-new-tokens", "2", "--trust-remote-code"])
+
+    assert evaluate(b) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (
+        f"error: draft {ckpt} was trained for {a}, not for --verifier {b}: hidden "
+        "size 64 (verifier's 96). Pass the verifier it was trained for, or "
+        "evaluate a draft trained for this one."
+    )
+    assert evaluate(kimi) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"was trained for {a}, not for --verifier {kimi}: hidden size 64" in err
+    assert "vocabulary" in err
+    assert "--verifier-weight-prefix" not in err
+    assert not report.exists()
+    assert evaluate(a) == 0
+    assert json.loads(report.read_text())["verifier"] == str(a)

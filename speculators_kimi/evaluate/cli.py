@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     from speculators.utils.cli_errors import check_model_source
 
     from .prompts import dataset_prompts, jsonl_prompts
-    from .session import load_session
+    from .session import DraftMismatchError, load_session
 
     check_model_source(args.verifier, "--verifier")
     try:
@@ -165,15 +165,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     prompts = prompts[: args.num_prompts] if args.num_prompts else prompts
-    session = load_session(
-        checkpoint,
-        args.verifier,
-        dtype=args.dtype,
-        device=args.device,
-        placement=placement,
-        trust_remote_code=args.trust_remote_code,
-        weight_overrides=verifier_weight_kwargs(args),
-    )
+    try:
+        session = load_session(
+            checkpoint,
+            args.verifier,
+            dtype=args.dtype,
+            device=args.device,
+            placement=placement,
+            trust_remote_code=args.trust_remote_code,
+            weight_overrides=verifier_weight_kwargs(args),
+        )
+    except DraftMismatchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     report = session.evaluate(
         prompts,
         num_speculative_tokens=args.num_speculative_tokens,

@@ -17,7 +17,18 @@ if TYPE_CHECKING:
     from ..datagen.verifier import Placement
     from .prompts import Prompt
 
-__all__ = ["EvaluationSession", "load_draft", "load_session", "resolve_dtype"]
+__all__ = [
+    "DraftMismatchError",
+    "EvaluationSession",
+    "check_draft_fits",
+    "load_draft",
+    "load_session",
+    "resolve_dtype",
+]
+
+
+class DraftMismatchError(ValueError):
+    """The draft was trained for a verifier of another geometry."""
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
@@ -55,21 +66,41 @@ def load_draft(
     return model.to(dtype).eval()
 
 
-def _check_pair(draft: Any, verifier: CausalVerifier, checkpoint: Path) -> None:
-    """Fail before decoding when the draft was not trained for this verifier."""
-    config = verifier.text_config
-    problems = []
-    if draft.hidden_size != int(config.hidden_size):
-        problems.append(
-            f"hidden size {draft.hidden_size} != verifier's {config.hidden_size}"
-        )
-    if draft.verifier_vocab_size != int(config.vocab_size):
-        problems.append(
-            f"vocabulary {draft.verifier_vocab_size} != verifier's {config.vocab_size}"
-        )
+def check_draft_fits(checkpoint: str | Path, verifier: str | Path) -> None:
+    """Fail before loading anything when the draft was trained for a verifier of
+    another width, vocabulary or depth, naming both verifiers.
+
+    Read from the two ``config.json`` files (no weights, no remote code), so
+    the mismatch is reported as such, not as a tensor of the wrong shape.
+
+    :raises DraftMismatchError: the geometries differ.
+    """
+    from speculators.utils.text_config import load_config_dict, text_config_dict
+
+    draft = load_config_dict(checkpoint)
+    layer = draft.get("transformer_layer_config") or {}
+    text = text_config_dict(load_config_dict(verifier))
+    trained_for = (draft.get("speculators_config") or {}).get("verifier") or {}
+    wants = {
+        "hidden size": draft.get("target_hidden_size") or layer.get("hidden_size"),
+        "vocabulary": layer.get("vocab_size"),
+    }
+    has = {"hidden size": text.get("hidden_size"), "vocabulary": text.get("vocab_size")}
+    problems = [
+        f"{what} {wants[what]} (verifier's {has[what]})"
+        for what in wants
+        if None not in (wants[what], has[what]) and wants[what] != has[what]
+    ]
+    aux = draft.get("eagle_aux_hidden_state_layer_ids") or []
+    depth = text.get("num_hidden_layers")
+    if depth is not None and aux and max(aux) >= int(depth):
+        problems.append(f"aux layers {aux} (the verifier has {depth} layers)")
     if problems:
-        raise ValueError(
-            f"draft {checkpoint} does not fit the verifier: " + "; ".join(problems)
+        origin = trained_for.get("name_or_path") or "another verifier"
+        raise DraftMismatchError(
+            f"draft {checkpoint} was trained for {origin}, not for --verifier "
+            f"{verifier}: " + "; ".join(problems) + ". Pass the verifier it was "
+            "trained for, or evaluate a draft trained for this one."
         )
 
 
@@ -104,8 +135,9 @@ def load_session(
     """The draft at ``checkpoint`` and ``verifier``'s decoder and head, on its
     aux layers (those the draft was trained on).
 
-    :raises ValueError: the draft's geometry does not fit the verifier.
+    :raises DraftMismatchError: the draft's geometry does not fit the verifier.
     """
+    check_draft_fits(checkpoint, verifier)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     torch_dtype = resolve_dtype(dtype, device)
@@ -119,5 +151,4 @@ def load_session(
         trust_remote_code=trust_remote_code,
         weight_overrides=weight_overrides,
     )
-    _check_pair(draft, causal, Path(checkpoint))
     return EvaluationSession(draft, causal)
