@@ -271,7 +271,7 @@ def test_demo_interrupted_training(tmp_path):
     # Rerun unchanged: training resumes from the checkpoint it left.
     again = run(changed, timeout=600).stdout
     assert "[demo] stage train: resuming an unfinished run (inputs unchanged)" in again
-    assert "Found checkpoint at" in again and "Resuming training on epoch 1" in again
+    assert "Found checkpoint at" in again and "Resuming training on epoch 2" in again
     for name, content in kept.items():
         assert (ckpt0 / name).read_bytes() == content, name
     assert (out / "run" / "checkpoints" / "2").is_dir()

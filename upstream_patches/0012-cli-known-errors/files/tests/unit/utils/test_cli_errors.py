@@ -118,3 +118,16 @@ def test_train_commands_report_a_missing_verifier(
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert f"{missing}: the local path does not exist" in err
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [_speculators_train, _python_m_speculators_train],
+    ids=["speculators-train", "python-m-speculators.train"],
+)
+def test_train_usage_names_the_command(monkeypatch, capsys, entry):
+    monkeypatch.setattr(sys, "argv", sys.argv)
+    with pytest.raises(SystemExit) as exc_info:
+        entry(["--help"])
+    assert exc_info.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: speculators train [-h]")
