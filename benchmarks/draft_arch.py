@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from evaluate_decoding import status  # this directory (run as a script)
-from verifier_weights import cpu_model
+from bench_common import cpu_model, status  # this directory (run as a script)
 
 ARCHS = ("llama", "deepseek_v3")
 #: Kimi-K2.5's text config (DeepSeek-V3 geometry), as its config.json ships it.

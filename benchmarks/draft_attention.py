@@ -32,7 +32,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import platform
 import statistics
 import sys
 import time
@@ -46,6 +45,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from bench_common import device_name  # noqa: E402  (this directory)
 
 from speculators_kimi.kernels import document_bounds, draft_attention  # noqa: E402
 
@@ -369,15 +370,6 @@ def run_config(cfg: dict[str, Any], args: argparse.Namespace, device, timer):
                     except Exception as exc:
                         check[f"{other}_error"] = f"{type(exc).__name__}: {exc}"[:300]
     return records, dict(info, **check, config=base)
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    import triton
-
-    mode = "Triton interpreter" if triton.knobs.runtime.interpret else "no Triton"
-    return f"CPU {platform.processor() or platform.machine()} ({mode})"
 
 
 def configs(args: argparse.Namespace) -> list[dict[str, Any]]:

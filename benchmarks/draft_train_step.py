@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bench_common import device_name  # this directory (run as a script)
 
 
 @dataclass(frozen=True)
@@ -128,12 +128,6 @@ def measure(model, batch, geo: Geometry, device: torch.device) -> dict[str, Any]
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return {"seconds": seconds, "peak_bytes": peak, "loss": loss}
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU ({platform.processor() or platform.machine()}), Triton interpreter"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,15 +29,7 @@ import time
 from pathlib import Path
 
 import torch
-from verifier_weights import cpu_model  # this directory (run as a script)
-
-
-def status(field: str) -> int:
-    """A ``/proc/self/status`` field in bytes (0 where it does not exist)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
+from bench_common import cpu_model, status  # this directory (run as a script)
 
 
 def main(argv: list[str] | None = None) -> int:

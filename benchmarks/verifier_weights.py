@@ -41,20 +41,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_common import cpu_model  # this directory (run as a script)
+
 VOCAB = 163840
 HIDDEN = 7168
 LAYERS = 61
 DRAFT_VOCAB = 32768
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def build_checkpoint(path: Path, vocab: int, hidden: int) -> None:

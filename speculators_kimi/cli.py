@@ -2,8 +2,9 @@
 export, demo).
 
 Each subcommand lives in its own module, which provides ``add_arguments(parser)``
-and ``run(args) -> int``; a module (and torch with it) is imported only when its
-command is the one asked for, so ``--version`` and ``--help`` stay fast.
+and ``run(args) -> int`` (the argument groups they share are in :mod:`.cli_args`);
+a module (and torch with it) is imported only when its command is the one asked
+for, so ``--version`` and ``--help`` stay fast.
 """
 
 from __future__ import annotations
@@ -12,12 +13,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from . import PATCHES, UPSTREAM_NAME, UPSTREAM_VERSION, __version__
-
-if TYPE_CHECKING:
-    from .datagen.verifier import Placement
 
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -44,82 +41,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "train an EAGLE-3 draft on a tiny Kimi-K2.5-shaped verifier (CPU ok)",
     ),
 }
-
-
-#: The verifier-weight overrides of ``speculators train``, by flag: the same
-#: spelling and meaning in every command that resolves a verifier's weights.
-VERIFIER_WEIGHT_FLAGS: dict[str, tuple[str, str]] = {
-    "prefix": (
-        "--verifier-weight-prefix",
-        "decoder prefix of the verifier's text model in its weight map (e.g. "
-        "'language_model.model'), as for `speculators train` (default: found "
-        "from the checkpoint)",
-    ),
-    "embed_key": (
-        "--verifier-embed-key",
-        "exact weight-map key of the verifier's input embedding",
-    ),
-    "head_key": (
-        "--verifier-head-key",
-        "exact weight-map key of the verifier's output head",
-    ),
-    "norm_key": (
-        "--verifier-norm-key",
-        "exact weight-map key of the verifier's final norm weight",
-    ),
-}
-
-
-def add_verifier_weight_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``--verifier-*`` weight overrides, as ``speculators train`` has them."""
-    for flag, help_text in VERIFIER_WEIGHT_FLAGS.values():
-        parser.add_argument(flag, default=None, help=help_text)
-
-
-def verifier_weight_kwargs(args: argparse.Namespace) -> dict[str, str | None]:
-    """The overrides given, as ``resolve_verifier_weights`` keyword arguments."""
-    return {
-        name: getattr(args, flag[2:].replace("-", "_"))
-        for name, (flag, _) in VERIFIER_WEIGHT_FLAGS.items()
-    }
-
-
-def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--device-map`` / ``--max-memory`` / ``--offload-folder``: a verifier
-    bigger than one device, through accelerate's big-model dispatch."""
-    parser.add_argument(
-        "--device-map",
-        default=None,
-        help="spread the verifier over devices with accelerate: auto (GPUs, then "
-        "CPU, then disk), balanced or sequential; overrides --device",
-    )
-    parser.add_argument(
-        "--max-memory",
-        default=None,
-        help="with --device-map: the most each device may hold, e.g. "
-        "'0=70GiB,1=70GiB,cpu=200GiB'; the rest is offloaded to disk",
-    )
-    parser.add_argument(
-        "--offload-folder",
-        default=None,
-        help="with --device-map: where disk-offloaded weights go (default: a "
-        "temporary directory)",
-    )
-
-
-def placement_from_args(args: argparse.Namespace) -> Placement | None:
-    """The :class:`~speculators_kimi.datagen.verifier.Placement` asked for, or None."""
-    from .datagen.verifier import Placement, parse_max_memory
-
-    if args.device_map is None:
-        if args.max_memory or args.offload_folder:
-            raise ValueError("--max-memory and --offload-folder need --device-map")
-        return None
-    return Placement(
-        device_map=args.device_map,
-        max_memory=parse_max_memory(args.max_memory) if args.max_memory else None,
-        offload_folder=args.offload_folder,
-    )
 
 
 def version_text() -> str:

@@ -42,13 +42,14 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .cli_args import add_json_argument, emit_report
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 __all__ = [
     "DemoSettings",
     "load_conversations",
-    "main",
     "run_demo",
     "train_argv",
 ]
@@ -360,7 +361,7 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
         from speculators.data_generation.local_render import LocalChatRenderer
 
         from .datagen.responses import regenerate_replies
-        from .evaluate.verifier import load_causal_verifier
+        from .verifier.causal import load_causal_verifier
 
         # The replies the verifier itself writes: what the draft will draft.
         causal = load_causal_verifier(verifier, [])
@@ -564,7 +565,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "latent attention geometry)",
     )
     parser.add_argument("--fresh", action="store_true", help="ignore finished stages")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -578,16 +579,11 @@ def run(args: argparse.Namespace) -> int:
         fresh=args.fresh,
     )
     report = run_demo(settings)
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    emit_report(report, format_report(report), args)
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m speculators_kimi.demo ...`` (same as ``speculators-kimi demo``)."""
-    from .cli import command_main
+if __name__ == "__main__":  # python -m speculators_kimi.demo: the demo command
+    from speculators_kimi.cli import command_main
 
-    return command_main("demo", argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(command_main("demo"))

@@ -31,7 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cli import add_verifier_weight_arguments, verifier_weight_kwargs
+from .cli_args import (
+    add_json_argument,
+    add_verifier_weight_arguments,
+    emit_report,
+    verifier_weight_kwargs,
+)
 
 DEFAULT_DRAFT_VOCAB = 32000
 DEFAULT_SEQ_LEN = 8192
@@ -126,16 +131,6 @@ DRAFT_FIELDS = (
     "hidden_act",
     "rms_norm_eps",
     "max_position_embeddings",
-)
-# Shown for an MLA (``--draft-arch deepseek_v3``) draft as well.
-MLA_DRAFT_FIELDS = (
-    "q_lora_rank",
-    "kv_lora_rank",
-    "qk_nope_head_dim",
-    "qk_rope_head_dim",
-    "v_head_dim",
-    "rope_interleave",
-    "rope_parameters",
 )
 
 
@@ -341,6 +336,7 @@ def _values_section(spec: Any, report: Report, progress: Any = None) -> None:
 
 
 def _draft_section(verifier: str, args, report: Report) -> Any:
+    from speculators.models.eagle3.model_definitions import MLA_FIELDS
     from speculators.models.utils import resolve_target_layer_ids
     from speculators.train.cli import (
         create_transformer_layer_config,
@@ -365,9 +361,9 @@ def _draft_section(verifier: str, args, report: Report) -> Any:
             full_attention_indices=list(range(args.num_layers)),
             trust_remote_code=args.trust_remote_code,
         )
-    fields = DRAFT_FIELDS + (
-        MLA_DRAFT_FIELDS if args.draft_arch == "deepseek_v3" else ()
-    )
+    # An MLA (``--draft-arch deepseek_v3``) draft shows its latent geometry too.
+    mla = (*MLA_FIELDS, "rope_interleave", "rope_parameters")
+    fields = DRAFT_FIELDS + (mla if args.draft_arch == "deepseek_v3" else ())
     report.draft_config = {name: getattr(draft, name, None) for name in fields}
     report.draft_config["draft_vocab_size"] = args.draft_vocab_size
     return draft
@@ -614,7 +610,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="load the config with the checkpoint's code (default: read as data)",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(parser)
     parser.add_argument(
         "--check-values",
         action="store_true",
@@ -641,8 +637,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     report = diagnose(args.verifier, args)
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2, default=str))
-    else:
-        print(render(report))
+    emit_report(report.to_dict(), render(report), args)
     return 0 if report.ok else 1

@@ -28,10 +28,8 @@ from transformers import (
 
 from speculators_kimi.datagen import (
     OtherVerifierError,
-    capture_hidden_states,
     default_target_layer_ids,
     generate_hidden_states,
-    load_text_verifier,
     plan_batches,
 )
 from speculators_kimi.tiny_verifier import (
@@ -44,6 +42,7 @@ from speculators_kimi.tiny_verifier import (
     build_verifier,
     write_checkpoint,
 )
+from speculators_kimi.verifier import capture_hidden_states, load_text_verifier
 
 CLI = [sys.executable, "-m", "speculators_kimi.datagen"]
 

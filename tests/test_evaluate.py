@@ -18,7 +18,6 @@ from speculators.models.attention_backends import get_backend
 from transformers import DynamicCache
 
 from speculators_kimi.datagen import generate_hidden_states
-from speculators_kimi.datagen.verifier import Placement, parse_max_memory
 from speculators_kimi.demo import DemoSettings, train_argv
 from speculators_kimi.evaluate import (
     DraftRunner,
@@ -27,6 +26,7 @@ from speculators_kimi.evaluate import (
     load_session,
 )
 from speculators_kimi.evaluate.decode import _verify
+from speculators_kimi.verifier.loading import Placement, parse_max_memory
 
 
 def _paths(report: dict) -> tuple[Path, Path, Path]:

@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers import BIN, ROOT, run, snapshot
 from safetensors.torch import load_file
+from speculators.models.eagle3.model_definitions import MLA_FIELDS
 
 from speculators_kimi.export import ExportError, export_draft, hub_id_of
 
@@ -225,12 +226,8 @@ def test_vllm_accepts_and_loads_the_export(trained_demo, tmp_path):
 
 
 #: The MLA fields of a DeepSeek-V3 layer vLLM's DeepseekV2MLAAttention reads.
-MLA_FIELDS = (
-    "q_lora_rank",
-    "kv_lora_rank",
-    "qk_nope_head_dim",
-    "qk_rope_head_dim",
-    "v_head_dim",
+SERVED_MLA_FIELDS = (
+    *MLA_FIELDS,
     "rope_parameters",
     "rope_interleave",
     "hidden_size",
@@ -288,7 +285,7 @@ def test_mla_export_writes_vllms_native_config(trained_mla_demo, tmp_path):
     assert config["architectures"] == ["Eagle3DeepseekV3ForCausalLM"]
     # deepseek_v3 is rewritten into vLLM's MTP draft, kimi_k2 is not MLA there.
     assert config["model_type"] == "deepseek_v2"
-    for key in MLA_FIELDS:
+    for key in SERVED_MLA_FIELDS:
         assert config[key] == layer[key], key
     assert config["q_lora_rank"] and config["kv_lora_rank"]
     assert config["rope_interleave"] is True

@@ -34,10 +34,9 @@ from zoo_builders import BUILDERS, Member
 
 from speculators_kimi import tiny_verifier as tiny
 from speculators_kimi.datagen import (
-    capture_hidden_states,
     generate_hidden_states,
-    load_text_verifier,
 )
+from speculators_kimi.verifier import capture_hidden_states, load_text_verifier
 
 STEPS = 2
 

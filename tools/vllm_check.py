@@ -372,7 +372,7 @@ def _inner_speculators(args: argparse.Namespace) -> dict:
     from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
 
     from speculators_kimi.evaluate import load_draft
-    from speculators_kimi.evaluate.verifier import load_causal_verifier
+    from speculators_kimi.verifier.causal import load_causal_verifier
 
     report: dict = {"vllm": VLLM_VERSION, "layout": "speculators"}
     hf_config = SpeculatorsConfig.from_pretrained(args.export)
@@ -464,6 +464,7 @@ def _inner_native_mla(args: argparse.Namespace, exported: dict) -> dict:
 
     import torch
     from safetensors.torch import load_file
+    from speculators.models.eagle3.model_definitions import MLA_FIELDS
     from vllm.config import (
         CompilationConfig,
         CompilationMode,
@@ -475,7 +476,7 @@ def _inner_native_mla(args: argparse.Namespace, exported: dict) -> dict:
     from vllm.model_executor.models.registry import ModelRegistry
 
     from speculators_kimi.evaluate import load_draft
-    from speculators_kimi.evaluate.verifier import load_causal_verifier
+    from speculators_kimi.verifier.causal import load_causal_verifier
 
     report: dict = {"vllm": VLLM_VERSION, "layout": "native"}
     scratch = Path(tempfile.mkdtemp(prefix="vllm-check-"))
@@ -507,11 +508,7 @@ def _inner_native_mla(args: argparse.Namespace, exported: dict) -> dict:
                     "target_hidden_size",
                     "num_hidden_layers",
                     "num_attention_heads",
-                    "q_lora_rank",
-                    "kv_lora_rank",
-                    "qk_nope_head_dim",
-                    "qk_rope_head_dim",
-                    "v_head_dim",
+                    *MLA_FIELDS,
                     "rope_parameters",
                     "eagle_aux_hidden_state_layer_ids",
                     "eagle_config",

@@ -14,10 +14,10 @@ the last entry is the final hidden state *before* the final norm, so
 
 The modules, one job each:
 
-* :mod:`.verifier`: which decoder to load. The decoder prefix comes from the same
-  resolver training uses (``speculators.utils.verifier_weights``), so hidden
-  states and training never disagree about which decoder is the verifier.
-* :mod:`.capture`: the aux-layer capture (forward pre-hooks, vLLM's layout).
+* :mod:`speculators_kimi.verifier` (shared with ``evaluate``): which decoder to
+  load, found by the resolver training uses (so hidden states and training never
+  disagree about which decoder is the verifier), and the aux-layer capture
+  (forward pre-hooks, vLLM's layout).
 * :mod:`.plan`: aux layer ids, length-sorted batches, the context check.
 * :mod:`.store`: the on-disk format and what counts as a finished file (resume).
 * :mod:`.generate`: the loop that ties them together.
@@ -28,8 +28,6 @@ The modules, one job each:
 
 from __future__ import annotations
 
-from .capture import capture_hidden_states
-from .cli import main
 from .generate import (
     GenerationResult,
     OtherVerifierError,
@@ -42,7 +40,6 @@ from .plan import (
     plan_batches,
 )
 from .store import HS_DIRNAME
-from .verifier import load_text_verifier
 
 __all__ = [
     "HS_DIRNAME",
@@ -50,10 +47,7 @@ __all__ = [
     "GenerationResult",
     "OtherVerifierError",
     "OutputDirError",
-    "capture_hidden_states",
     "default_target_layer_ids",
     "generate_hidden_states",
-    "load_text_verifier",
-    "main",
     "plan_batches",
 ]

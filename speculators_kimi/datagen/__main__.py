@@ -1,5 +1,5 @@
 """``python -m speculators_kimi.datagen``: the generate-hidden-states command."""
 
-from .cli import main
+from ..cli import command_main
 
-raise SystemExit(main())
+raise SystemExit(command_main("generate-hidden-states"))

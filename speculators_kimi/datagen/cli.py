@@ -10,23 +10,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 
-from ..cli import (
+from ..cli_args import (
     add_placement_arguments,
     add_verifier_weight_arguments,
     placement_from_args,
     verifier_weight_kwargs,
 )
+from ..verifier.loading import DTYPES
 from .generate import (
-    DTYPES,
     OtherVerifierError,
     OutputDirError,
     generate_hidden_states,
 )
 from .plan import ContextLengthError
 
-__all__ = ["add_arguments", "main", "run"]
+__all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,10 +125,3 @@ def run(args: argparse.Namespace) -> int:
         f"{res.skipped} already complete); target layer ids {res.target_layer_ids}"
     )
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m speculators_kimi.datagen``: the generate-hidden-states command."""
-    from ..cli import command_main
-
-    return command_main("generate-hidden-states", argv)

@@ -19,16 +19,17 @@ from typing import TYPE_CHECKING
 import torch
 from speculators.data_generation.provenance import decoder_fingerprint
 
-from . import store
-from .capture import capture_hidden_states
-from .plan import check_context, default_target_layer_ids, plan_batches
-from .verifier import (
+from ..verifier.capture import capture_hidden_states
+from ..verifier.loading import (
+    DTYPES,
     Placement,
     decoder_prefix,
     input_device,
     load_text_verifier,
     local_verifier,
 )
+from . import store
+from .plan import check_context, default_target_layer_ids, plan_batches
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -36,18 +37,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DTYPES",
     "GenerationResult",
     "OtherVerifierError",
     "OutputDirError",
     "generate_hidden_states",
 ]
-
-DTYPES = {
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float32": torch.float32,
-}
 
 
 class OtherVerifierError(ValueError):
@@ -148,7 +142,7 @@ def generate_hidden_states(
     """Write ``hs_<i>.safetensors`` for every row of the prepare-data dataset.
 
     :param weight_overrides: the decoder's resolution overrides, see
-        :func:`~speculators_kimi.datagen.verifier.decoder_prefix`.
+        :func:`~speculators_kimi.verifier.loading.decoder_prefix`.
     :param placement: a verifier bigger than one device: accelerate's dispatch
         over GPUs, CPU and disk (``device`` is then ignored).
     :param on_mismatch: what to do with finished files of another verifier

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from speculators.data_generation.local_render import LocalChatRenderer
 
-    from ..evaluate.verifier import CausalVerifier
+    from ..verifier.causal import CausalVerifier
 
 __all__ = ["regenerate_replies"]
 
@@ -39,7 +39,7 @@ def regenerate_replies(
     """
     from tqdm.auto import tqdm
 
-    from ..evaluate.decode import greedy_generate_batch
+    from ..verifier.greedy import greedy_generate_batch
 
     tokenizer = renderer.tokenizer
     out: list[list[dict[str, Any]]] = [[] for _ in conversations]

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..cli import (
+from ..cli_args import (
+    add_json_argument,
     add_placement_arguments,
     add_verifier_weight_arguments,
+    emit_report,
     placement_from_args,
     verifier_weight_kwargs,
 )
@@ -81,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_placement_arguments(parser)
     parser.add_argument("--trust-remote-code", action="store_true")
     add_verifier_weight_arguments(parser)
-    parser.add_argument("--json", default=None, help="also write the report here")
+    add_json_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -187,7 +188,5 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     ).as_dict()
     report = {"draft": str(checkpoint), "verifier": str(args.verifier), **report}
-    print(format_report(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    emit_report(report, format_report(report), args)
     return 0

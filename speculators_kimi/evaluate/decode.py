@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from ..verifier.causal import CausalVerifier
+from ..verifier.greedy import finished
 from .draft import DraftRunner
-from .verifier import CausalVerifier
 
 __all__ = [
     "PromptResult",
     "acceptance_length",
     "greedy_generate",
-    "greedy_generate_batch",
     "speculative_generate",
 ]
 
@@ -54,14 +54,6 @@ def _pick(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int
         return int(torch.argmax(logits))
     probs = torch.softmax(logits / temperature, dim=-1)
     return int(torch.multinomial(probs.cpu(), 1, generator=gen))
-
-
-def _finished(tokens: list[int], eos: set[int], limit: int) -> tuple[list[int], bool]:
-    """``tokens`` cut after the first EOS or at ``limit``; whether generation ends."""
-    for i, tok in enumerate(tokens[:limit]):
-        if tok in eos:
-            return tokens[: i + 1], True
-    return tokens[:limit], len(tokens) >= limit
 
 
 def _propose(
@@ -150,7 +142,7 @@ def speculative_generate(
     # New draft entries: pairs (context[j + 1], aux[j - committed]) for j >= committed.
     committed = 0
     result = PromptResult(tokens=[])
-    result.tokens, done = _finished(
+    result.tokens, done = finished(
         context[len(prompt) :], verifier.eos_ids, max_new_tokens
     )
     while not done:
@@ -175,7 +167,7 @@ def speculative_generate(
         drafter.crop(length)
         committed, aux = length, aux_new[: m + 1]
         context += emitted
-        result.tokens, done = _finished(
+        result.tokens, done = finished(
             context[len(prompt) :], verifier.eos_ids, max_new_tokens
         )
     result.verifier_forwards = verifier.forwards - start
@@ -193,44 +185,8 @@ def greedy_generate(
     tokens: list[int] = []
     while True:
         tokens.append(int(torch.argmax(logits[-1])))
-        tokens, done = _finished(tokens, verifier.eos_ids, max_new_tokens)
+        tokens, done = finished(tokens, verifier.eos_ids, max_new_tokens)
         if done:
             break
         logits, _ = verifier.forward(tokens[-1:], cache)
     return PromptResult(tokens=tokens, verifier_forwards=verifier.forwards - start)
-
-
-@torch.no_grad()
-def greedy_generate_batch(
-    verifier: CausalVerifier,
-    prompts: Sequence[Sequence[int]],
-    *,
-    max_new_tokens: int,
-    pad_token_id: int = 0,
-) -> list[list[int]]:
-    """Greedy decoding of several prompts at once (left-padded, one KV cache).
-
-    For producing data (the verifier's own replies); padding may change float
-    rounding, so the lossless check uses :func:`greedy_generate`.
-    """
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(list(prompt))
-        mask[row, width - len(prompt) :] = 1
-    cache = DynamicCache()
-    outputs: list[list[int]] = [[] for _ in prompts]
-    active = list(range(len(prompts)))
-    step_ids = ids
-    for _ in range(max_new_tokens):
-        logits = verifier.next_token_logits(step_ids, mask, cache)
-        picked = torch.argmax(logits, dim=-1).cpu()
-        for row in active:
-            outputs[row].append(int(picked[row]))
-        active = [r for r in active if outputs[r][-1] not in verifier.eos_ids]
-        if not active:
-            break
-        step_ids = picked[:, None]
-        mask = torch.cat([mask, torch.ones((len(prompts), 1), dtype=mask.dtype)], 1)
-    return [_finished(out, verifier.eos_ids, max_new_tokens)[0] for out in outputs]

@@ -22,8 +22,8 @@ from .decode import acceptance_length, greedy_generate, speculative_generate
 from .draft import DraftRunner
 
 if TYPE_CHECKING:
+    from ..verifier.causal import CausalVerifier
     from .prompts import Prompt
-    from .verifier import CausalVerifier
 
 __all__ = ["EvaluationReport", "evaluate_draft"]
 

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..datagen.generate import DTYPES
+from ..verifier.causal import CausalVerifier, load_causal_verifier
+from ..verifier.loading import DTYPES
 from .report import EvaluationReport, evaluate_draft
-from .verifier import CausalVerifier, load_causal_verifier
 
 if TYPE_CHECKING:
-    from ..datagen.verifier import Placement
+    from ..verifier.loading import Placement
     from .prompts import Prompt
 
 __all__ = [

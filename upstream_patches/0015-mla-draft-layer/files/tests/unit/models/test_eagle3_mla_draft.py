@@ -15,7 +15,8 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
 from speculators.losses import resolve_loss_config
 from speculators.models.eagle3 import Eagle3SpeculatorConfig
 from speculators.models.eagle3.core import Eagle3DraftModel
-from speculators.train.cli import MLA_FIELDS, create_transformer_layer_config
+from speculators.models.eagle3.model_definitions import MLA_FIELDS
+from speculators.train.cli import create_transformer_layer_config
 from speculators.train.config import TrainConfig
 from speculators.utils.text_config import load_text_config
 from tests.unit.mock import verifier_checkpoints as vc

@@ -2,7 +2,7 @@
 forward, over a KV cache.
 
 The text decoder is the one hidden-state generation loads (same prefix, same
-``transformers`` class, see :mod:`speculators_kimi.datagen.verifier`), the aux
+``transformers`` class, see :mod:`.loading`), the aux
 states are captured by the same hooks (vLLM's layout), and the output head is the
 tensor ``speculators train`` resolves (``resolve_verifier_weights``), read whole.
 """
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..datagen.capture import AuxCapture
-from ..datagen.verifier import Placement, input_device, load_text_verifier
+from .capture import AuxCapture
+from .loading import Placement, input_device, load_text_verifier
 
 if TYPE_CHECKING:
     from transformers import Cache, PretrainedConfig, PreTrainedModel

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
 __all__ = [
+    "DTYPES",
     "Placement",
     "decoder_class",
     "decoder_prefix",
@@ -39,6 +40,14 @@ __all__ = [
     "local_verifier",
     "parse_max_memory",
 ]
+
+
+#: The dtypes a verifier is loaded in, by their command-line names.
+DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float32": torch.float32,
+}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,48 @@
+"""What every benchmark here reports about its machine and its memory.
+
+Imported by the benchmark scripts of this directory (run as
+``python benchmarks/<name>.py``, so this directory is on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["cpu_model", "device_name", "status"]
+
+
+def status(field: str) -> int:
+    """A ``/proc/self/status`` field (``RssAnon``, ``VmHWM``...) in bytes; 0 where
+    it does not exist."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's with how Triton kernels run on it."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import triton
+
+    mode = "Triton interpreter" if triton.knobs.runtime.interpret else "no Triton"
+    return f"CPU {cpu_model()} ({mode})"

@@ -1,0 +1,131 @@
+"""The argument groups several subcommands share, and their one report output.
+
+Each function adds one group of flags with one spelling and meaning in every
+command (the ``--verifier-*`` weight overrides as ``speculators train`` has them,
+accelerate's placement flags, ``--json``) or turns the parsed flags into what the
+library takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .verifier.loading import Placement
+
+__all__ = [
+    "VERIFIER_WEIGHT_FLAGS",
+    "add_json_argument",
+    "add_placement_arguments",
+    "add_verifier_weight_arguments",
+    "emit_report",
+    "placement_from_args",
+    "verifier_weight_kwargs",
+]
+
+
+#: The verifier-weight overrides of ``speculators train``, by flag: the same
+#: spelling and meaning in every command that resolves a verifier's weights.
+VERIFIER_WEIGHT_FLAGS: dict[str, tuple[str, str]] = {
+    "prefix": (
+        "--verifier-weight-prefix",
+        "decoder prefix of the verifier's text model in its weight map (e.g. "
+        "'language_model.model'), as for `speculators train` (default: found "
+        "from the checkpoint)",
+    ),
+    "embed_key": (
+        "--verifier-embed-key",
+        "exact weight-map key of the verifier's input embedding",
+    ),
+    "head_key": (
+        "--verifier-head-key",
+        "exact weight-map key of the verifier's output head",
+    ),
+    "norm_key": (
+        "--verifier-norm-key",
+        "exact weight-map key of the verifier's final norm weight",
+    ),
+}
+
+
+def add_verifier_weight_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``--verifier-*`` weight overrides, as ``speculators train`` has them."""
+    for flag, help_text in VERIFIER_WEIGHT_FLAGS.values():
+        parser.add_argument(flag, default=None, help=help_text)
+
+
+def verifier_weight_kwargs(args: argparse.Namespace) -> dict[str, str | None]:
+    """The overrides given, as ``resolve_verifier_weights`` keyword arguments."""
+    return {
+        name: getattr(args, flag[2:].replace("-", "_"))
+        for name, (flag, _) in VERIFIER_WEIGHT_FLAGS.items()
+    }
+
+
+def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device-map`` / ``--max-memory`` / ``--offload-folder``: a verifier
+    bigger than one device, through accelerate's big-model dispatch."""
+    parser.add_argument(
+        "--device-map",
+        default=None,
+        help="spread the verifier over devices with accelerate: auto (GPUs, then "
+        "CPU, then disk), balanced or sequential; overrides --device",
+    )
+    parser.add_argument(
+        "--max-memory",
+        default=None,
+        help="with --device-map: the most each device may hold, e.g. "
+        "'0=70GiB,1=70GiB,cpu=200GiB'; the rest is offloaded to disk",
+    )
+    parser.add_argument(
+        "--offload-folder",
+        default=None,
+        help="with --device-map: where disk-offloaded weights go (default: a "
+        "temporary directory)",
+    )
+
+
+def placement_from_args(args: argparse.Namespace) -> Placement | None:
+    """The :class:`~speculators_kimi.verifier.loading.Placement` asked for, or None."""
+    from .verifier.loading import Placement, parse_max_memory
+
+    if args.device_map is None:
+        if args.max_memory or args.offload_folder:
+            raise ValueError("--max-memory and --offload-folder need --device-map")
+        return None
+    return Placement(
+        device_map=args.device_map,
+        max_memory=parse_max_memory(args.max_memory) if args.max_memory else None,
+        offload_folder=args.offload_folder,
+    )
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    """``--json [PATH]``: the report as JSON, on stdout (no PATH) or in PATH."""
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="PATH",
+        help="the report as JSON: printed instead of the text (no PATH), or also "
+        "written to PATH",
+    )
+
+
+def emit_report(report: dict[str, Any], text: str, args: argparse.Namespace) -> None:
+    """Print ``text`` (or ``report`` as JSON) and write the JSON where ``--json``
+    says (values JSON cannot hold, such as paths, as strings)."""
+    as_json = json.dumps(report, indent=2, default=str) + "\n"
+    if args.json == "-":
+        sys.stdout.write(as_json)
+        return
+    print(text)
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(as_json)

@@ -1,0 +1,27 @@
+"""The verifier, loaded once for every command that runs it: hidden-state
+generation, reply regeneration and evaluation.
+
+* :mod:`.loading`: which decoder to load (found by the resolver ``speculators
+  train`` uses, so no command can pick another decoder than training), on one
+  device or spread with accelerate.
+* :mod:`.capture`: the aux-layer hidden states, in vLLM's layout (pre-hooks).
+* :mod:`.causal`: the decoder plus its full output head over a KV cache: logits
+  and aux states per forward.
+* :mod:`.greedy`: the verifier's own greedy decoding of a batch of prompts.
+"""
+
+from __future__ import annotations
+
+from .capture import AuxCapture, capture_hidden_states
+from .causal import CausalVerifier, load_causal_verifier
+from .loading import DTYPES, Placement, load_text_verifier
+
+__all__ = [
+    "DTYPES",
+    "AuxCapture",
+    "CausalVerifier",
+    "Placement",
+    "capture_hidden_states",
+    "load_causal_verifier",
+    "load_text_verifier",
+]
