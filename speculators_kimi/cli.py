@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from . import PATCHES, UPSTREAM_NAME, UPSTREAM_VERSION, __version__
+from .errors import CommandError
 
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -88,7 +90,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     # commands report them (unit 0012); imported here to keep --version fast.
     from speculators.utils.cli_errors import run_cli
 
-    return int(run_cli(lambda: args.func(args)))
+    return int(run_cli(lambda: _run_command(args)))
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """The subcommand, its :class:`~.errors.CommandError` reported as
+    ``run_cli`` reports upstream's known errors (one line, exit 1)."""
+    from speculators.utils.cli_errors import TRACEBACK_ENV
+
+    try:
+        return int(args.func(args))
+    except CommandError as err:
+        if os.environ.get(TRACEBACK_ENV, "0") not in {"", "0"}:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        print(f"(set {TRACEBACK_ENV}=1 to see the traceback)", file=sys.stderr)
+        return 1
 
 
 def command_main(name: str, argv: Sequence[str] | None = None) -> int:

@@ -91,11 +91,12 @@ def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
 
 def placement_from_args(args: argparse.Namespace) -> Placement | None:
     """The :class:`~speculators_kimi.verifier.loading.Placement` asked for, or None."""
+    from .errors import CommandError
     from .verifier.loading import Placement, parse_max_memory
 
     if args.device_map is None:
         if args.max_memory or args.offload_folder:
-            raise ValueError("--max-memory and --offload-folder need --device-map")
+            raise CommandError("--max-memory and --offload-folder need --device-map")
         return None
     return Placement(
         device_map=args.device_map,

@@ -33,11 +33,12 @@ import json
 import re
 import shlex
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .errors import CommandError
 
 __all__ = ["ExportResult", "export_draft", "hub_id_of", "launch_commands"]
 
@@ -50,7 +51,7 @@ MLA_ARCHITECTURE = "Eagle3DeepseekV3ForCausalLM"
 MLA_SERVE_MODEL_TYPE = "deepseek_v2"
 
 
-class ExportError(ValueError):
+class ExportError(CommandError):
     """The checkpoint cannot be exported as asked (the message says how to fix)."""
 
 
@@ -385,18 +386,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``export`` from parsed arguments."""
-    try:
-        result = export_draft(
-            args.checkpoint,
-            args.out,
-            verifier_id=args.verifier_id,
-            keep_embeddings=args.keep_embeddings,
-            verifier=args.verifier,
-            overwrite=args.overwrite,
-        )
-    except (ExportError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    result = export_draft(
+        args.checkpoint,
+        args.out,
+        verifier_id=args.verifier_id,
+        keep_embeddings=args.keep_embeddings,
+        verifier=args.verifier,
+        overwrite=args.overwrite,
+    )
     print(f"exported {args.checkpoint} -> {result.out} (verifier {result.verifier_id})")
     for name, why in result.dropped.items():
         print(f"  dropped {name}: {why}")

@@ -316,17 +316,43 @@ def test_a_draft_for_another_verifier_is_named_before_loading(tmp_path, capsys):
         return main([*argv, "--max-new-tokens", "2", "--trust-remote-code"])
 
     assert evaluate(b) == 1
-    err = capsys.readouterr().err.strip().splitlines()[-1]
+    err = capsys.readouterr().err.strip().splitlines()[-2]
     assert err == (
         f"error: draft {ckpt} was trained for {a}, not for --verifier {b}: hidden "
         "size 64 (verifier's 96). Pass the verifier it was trained for, or "
         "evaluate a draft trained for this one."
     )
     assert evaluate(kimi) == 1
-    err = capsys.readouterr().err.strip().splitlines()[-1]
+    err = capsys.readouterr().err.strip().splitlines()[-2]
     assert f"was trained for {a}, not for --verifier {kimi}: hidden size 64" in err
     assert "vocabulary" in err
     assert "--verifier-weight-prefix" not in err
     assert not report.exists()
     assert evaluate(a) == 0
     assert json.loads(report.read_text())["verifier"] == str(a)
+
+
+def test_a_missing_draft_is_one_line_and_a_traceback_on_request(
+    tmp_path, capsys, monkeypatch
+):
+    """A command's bad input (here ``--draft``) is reported by the command line
+    as one line and exit 1; ``SPECULATORS_TRACEBACK=1`` raises it instead."""
+    from speculators_kimi.cli import main
+    from speculators_kimi.errors import MissingInputError
+    from speculators_kimi.tiny_verifier import TinyVerifierSpec, build_verifier
+
+    verifier = build_verifier(TinyVerifierSpec(num_samples=2), tmp_path / "v")
+    missing = tmp_path / "no-draft"
+    argv = ["evaluate", "--draft", str(missing), "--verifier", str(verifier)]
+    argv += ["--prompts", str(tmp_path / "p.jsonl")]
+    monkeypatch.delenv("SPECULATORS_TRACEBACK", raising=False)
+    capsys.readouterr()  # the verifier's build
+    assert main(argv) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --draft {missing}: no config.json (nor checkpoint_best/config.json);"
+        " point it at a checkpoint written by `speculators train`",
+        "(set SPECULATORS_TRACEBACK=1 to see the traceback)",
+    ]
+    monkeypatch.setenv("SPECULATORS_TRACEBACK", "1")
+    with pytest.raises(MissingInputError):
+        main(argv)

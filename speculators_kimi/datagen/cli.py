@@ -9,7 +9,6 @@ reported here the same way.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..cli_args import (
     add_placement_arguments,
@@ -19,11 +18,8 @@ from ..cli_args import (
 )
 from ..verifier.loading import DTYPES
 from .generate import (
-    OtherVerifierError,
-    OutputDirError,
     generate_hidden_states,
 )
-from .plan import ContextLengthError
 
 __all__ = ["add_arguments", "run"]
 
@@ -85,36 +81,23 @@ def run(args: argparse.Namespace) -> int:
     from speculators.utils.cli_errors import check_model_source
 
     check_model_source(args.verifier, "--verifier")
-    try:
-        placement = placement_from_args(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    try:
-        res = generate_hidden_states(
-            args.verifier,
-            args.data_path,
-            output_dir=args.output_dir,
-            target_layer_ids=args.target_layer_ids,
-            dtype=args.dtype,
-            device=args.device,
-            batch_size=args.batch_size,
-            max_batch_tokens=args.max_batch_tokens,
-            trust_remote_code=args.trust_remote_code,
-            weight_overrides=verifier_weight_kwargs(args),
-            progress=not args.no_progress,
-            overwrite=args.overwrite,
-            placement=placement,
-            on_mismatch=args.on_mismatch,
-        )
-    except (
-        ContextLengthError,
-        FileNotFoundError,
-        OtherVerifierError,
-        OutputDirError,
-    ) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    placement = placement_from_args(args)
+    res = generate_hidden_states(
+        args.verifier,
+        args.data_path,
+        output_dir=args.output_dir,
+        target_layer_ids=args.target_layer_ids,
+        dtype=args.dtype,
+        device=args.device,
+        batch_size=args.batch_size,
+        max_batch_tokens=args.max_batch_tokens,
+        trust_remote_code=args.trust_remote_code,
+        weight_overrides=verifier_weight_kwargs(args),
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+        placement=placement,
+        on_mismatch=args.on_mismatch,
+    )
     others = (
         f", {res.other_verifier} of them replacing another verifier's"
         if res.other_verifier

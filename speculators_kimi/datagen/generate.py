@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 from speculators.data_generation.provenance import decoder_fingerprint
 
+from ..errors import CommandError
 from ..verifier.capture import capture_hidden_states
 from ..verifier.loading import (
     DTYPES,
@@ -44,12 +45,12 @@ __all__ = [
 ]
 
 
-class OtherVerifierError(ValueError):
+class OtherVerifierError(CommandError):
     """Finished files of another verifier are in the output directory and
     ``on_mismatch`` is ``"error"``."""
 
 
-class OutputDirError(ValueError):
+class OutputDirError(CommandError):
     """The output directory cannot be created or written."""
 
 
@@ -152,8 +153,10 @@ def generate_hidden_states(
     :raises OtherVerifierError: see ``on_mismatch``.
     :raises OutputDirError: the output directory cannot be written.
     :raises VerifierWeightsError: the decoder's weights cannot be located.
+    :raises DataCheckError: ``data_path`` is not a prepare-data dataset.
     """
     from datasets import load_from_disk
+    from speculators.train.data_checks import check_prepared_dataset
     from speculators.utils.text_config import load_text_config
     from tqdm.auto import tqdm
 
@@ -163,6 +166,7 @@ def generate_hidden_states(
     out_dir = (
         Path(output_dir) if output_dir is not None else data_path / store.HS_DIRNAME
     )
+    check_prepared_dataset(data_path)  # a path that is not one: one line, named
     dataset = load_from_disk(str(data_path)).with_format(None)
     rows: list[list[int]] = [list(map(int, r)) for r in dataset["input_ids"]]
     lengths = [len(ids) for ids in rows]

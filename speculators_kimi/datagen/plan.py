@@ -10,6 +10,8 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..errors import CommandError
+
 __all__ = [
     "ContextLengthError",
     "check_context",
@@ -18,7 +20,7 @@ __all__ = [
 ]
 
 
-class ContextLengthError(ValueError):
+class ContextLengthError(CommandError):
     """A sample is longer than the verifier's context window."""
 
 

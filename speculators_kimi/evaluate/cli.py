@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from ..cli_args import (
     placement_from_args,
     verifier_weight_kwargs,
 )
+from ..errors import CommandError, MissingInputError
 
 __all__ = ["add_arguments", "draft_checkpoint", "run"]
 
@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def draft_checkpoint(path: str | Path) -> Path:
     """The checkpoint directory of ``--draft``.
 
-    :raises FileNotFoundError: neither a checkpoint nor a run's checkpoints.
+    :raises MissingInputError: neither a checkpoint nor a run's checkpoints.
     """
     path = Path(path)
     if (path / "config.json").is_file():
@@ -97,7 +97,7 @@ def draft_checkpoint(path: str | Path) -> Path:
     best = path / "checkpoint_best"
     if (best / "config.json").is_file():
         return best.resolve()
-    raise FileNotFoundError(
+    raise MissingInputError(
         f"--draft {path}: no config.json (nor checkpoint_best/config.json); point "
         "it at a checkpoint written by `speculators train`"
     )
@@ -106,7 +106,7 @@ def draft_checkpoint(path: str | Path) -> Path:
 def _template_kwargs(text: str | None) -> dict[str, Any] | None:
     """``--chat-template-kwargs`` parsed as ``speculators prepare-data`` parses it.
 
-    :raises ValueError: not a JSON object (the flag named).
+    :raises CommandError: not a JSON object (the flag named).
     """
     import typer
     from speculators.cli.prepare_data import parse_chat_template_kwargs
@@ -114,7 +114,7 @@ def _template_kwargs(text: str | None) -> dict[str, Any] | None:
     try:
         return parse_chat_template_kwargs(text)
     except typer.BadParameter as err:
-        raise ValueError(err.format_message()) from None
+        raise CommandError(err.format_message()) from None
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -144,41 +144,33 @@ def run(args: argparse.Namespace) -> int:
     from speculators.utils.cli_errors import check_model_source
 
     from .prompts import dataset_prompts, jsonl_prompts
-    from .session import DraftMismatchError, load_session
+    from .session import load_session
 
     check_model_source(args.verifier, "--verifier")
-    try:
-        checkpoint = draft_checkpoint(args.draft)
-        placement = placement_from_args(args)
-        if args.data:
-            prompts = dataset_prompts(
-                args.data, train_data_ratio=args.train_data_ratio, split=args.split
-            )
-        else:
-            kwargs = _template_kwargs(args.chat_template_kwargs)
-            prompts = jsonl_prompts(
-                args.prompts,
-                args.verifier,
-                trust_remote_code=args.trust_remote_code,
-                chat_template_kwargs=kwargs,
-            )
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    prompts = prompts[: args.num_prompts] if args.num_prompts else prompts
-    try:
-        session = load_session(
-            checkpoint,
-            args.verifier,
-            dtype=args.dtype,
-            device=args.device,
-            placement=placement,
-            trust_remote_code=args.trust_remote_code,
-            weight_overrides=verifier_weight_kwargs(args),
+    checkpoint = draft_checkpoint(args.draft)
+    placement = placement_from_args(args)
+    if args.data:
+        prompts = dataset_prompts(
+            args.data, train_data_ratio=args.train_data_ratio, split=args.split
         )
-    except DraftMismatchError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    else:
+        kwargs = _template_kwargs(args.chat_template_kwargs)
+        prompts = jsonl_prompts(
+            args.prompts,
+            args.verifier,
+            trust_remote_code=args.trust_remote_code,
+            chat_template_kwargs=kwargs,
+        )
+    prompts = prompts[: args.num_prompts] if args.num_prompts else prompts
+    session = load_session(
+        checkpoint,
+        args.verifier,
+        dtype=args.dtype,
+        device=args.device,
+        placement=placement,
+        trust_remote_code=args.trust_remote_code,
+        weight_overrides=verifier_weight_kwargs(args),
+    )
     report = session.evaluate(
         prompts,
         num_speculative_tokens=args.num_speculative_tokens,

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import CommandError, MissingInputError
+
 __all__ = ["Prompt", "dataset_prompts", "jsonl_prompts"]
 
 
@@ -33,15 +35,18 @@ def dataset_prompts(
     """Prompts of the rows ``speculators train`` holds out (``split="val"``), or of
     every row (``"all"``).
 
-    :raises ValueError: the split is empty, or a row has no trained token.
+    :raises CommandError: the split is empty, or a row has no trained token.
+    :raises DataCheckError: ``data_path`` is not a prepare-data dataset.
     """
     from datasets import load_from_disk
+    from speculators.train.data_checks import check_prepared_dataset
 
+    check_prepared_dataset(data_path)
     dataset = load_from_disk(str(data_path)).with_format(None)
     n = len(dataset)
     start = int(n * train_data_ratio) if split == "val" else 0
     if start >= n:
-        raise ValueError(
+        raise CommandError(
             f"{data_path}: train_data_ratio={train_data_ratio} holds out none of "
             f"its {n} rows; lower --train-data-ratio or use --split all"
         )
@@ -54,7 +59,7 @@ def dataset_prompts(
             continue
         prompts.append(Prompt(list(row["input_ids"][:first]), f"{data_path}[{i}]"))
     if not prompts:
-        raise ValueError(f"{data_path}: no row of split {split!r} has a prompt")
+        raise CommandError(f"{data_path}: no row of split {split!r} has a prompt")
     return prompts
 
 
@@ -63,7 +68,7 @@ def _messages(record: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(record, dict):
         messages = record.get("messages", record.get("conversations"))
     if not isinstance(messages, list) or not messages:
-        raise ValueError(
+        raise CommandError(
             f"{where}: expected an object with a 'messages' (or 'conversations') "
             "list of {'role', 'content'} turns"
         )
@@ -73,7 +78,7 @@ def _messages(record: Any, where: str) -> list[dict[str, Any]]:
     )
     before = messages[:last_reply] if last_reply is not None else messages
     if not before:
-        raise ValueError(f"{where}: no turn before the assistant reply")
+        raise CommandError(f"{where}: no turn before the assistant reply")
     return before
 
 
@@ -87,9 +92,13 @@ def jsonl_prompts(
     """One prompt per conversation: its turns before the last assistant reply (all
     of them if it ends with a user turn), with the generation prompt.
 
-    :raises ValueError: a line is not a conversation (file and line named).
+    :raises CommandError: a line is not a conversation (file and line named).
+    :raises MissingInputError: ``path`` is not a file.
     """
     from speculators.data_generation.local_render import LocalChatRenderer
+
+    if not Path(path).is_file():
+        raise MissingInputError(f"--prompts {path}: no such file")
 
     renderer = LocalChatRenderer(str(verifier), trust_remote_code=trust_remote_code)
     prompts = []
@@ -100,7 +109,7 @@ def jsonl_prompts(
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: not JSON ({err})") from err
+            raise CommandError(f"{where}: not JSON ({err})") from err
         ids = renderer.render(
             _messages(record, where),
             add_generation_prompt=True,
@@ -108,5 +117,5 @@ def jsonl_prompts(
         )
         prompts.append(Prompt(ids, where))
     if not prompts:
-        raise ValueError(f"{path}: no conversations")
+        raise CommandError(f"{path}: no conversations")
     return prompts

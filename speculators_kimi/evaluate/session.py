@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..errors import CommandError
 from ..verifier.causal import CausalVerifier, load_causal_verifier
 from ..verifier.loading import DTYPES
 from .report import EvaluationReport, evaluate_draft
@@ -27,7 +28,7 @@ __all__ = [
 ]
 
 
-class DraftMismatchError(ValueError):
+class DraftMismatchError(CommandError):
     """The draft was trained for a verifier of another geometry."""
 
 

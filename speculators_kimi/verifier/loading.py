@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..errors import CommandError, MissingInputError
+
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
@@ -82,13 +84,13 @@ class Placement:
 def parse_max_memory(text: str) -> dict[int | str, int | str]:
     """``"0=70GiB,1=70GiB,cpu=200GiB"`` as ``accelerate``'s ``max_memory`` dict.
 
-    :raises ValueError: an entry is not ``DEVICE=SIZE``.
+    :raises CommandError: an entry is not ``DEVICE=SIZE``.
     """
     out: dict[int | str, int | str] = {}
     for entry in filter(None, (e.strip() for e in text.split(","))):
         device, sep, size = entry.partition("=")
         if not sep or not device or not size:
-            raise ValueError(
+            raise CommandError(
                 f"--max-memory entry {entry!r}: expected DEVICE=SIZE, e.g. "
                 "'0=70GiB,cpu=200GiB' (a GPU index, cpu or mps)"
             )
@@ -223,11 +225,11 @@ def _from_pretrained(
 def local_verifier(verifier: str | Path) -> Path:
     """``verifier`` as a local directory: hidden states need all its shards.
 
-    :raises FileNotFoundError: it is not one (a Hub id, a missing path).
+    :raises MissingInputError: it is not one (a Hub id, a missing path).
     """
     path = Path(verifier)
     if not path.is_dir():
-        raise FileNotFoundError(
+        raise MissingInputError(
             f"verifier {verifier} is not a local directory (download it first, e.g. "
             "`hf download`)"
         )
