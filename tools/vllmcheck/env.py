@@ -1,0 +1,92 @@
+"""The scratch environment the checks run in: vLLM's wheel, no dependencies,
+on this interpreter's site-packages."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["VLLM_DEPS", "VLLM_VERSION", "default_env", "ensure_env", "say"]
+
+
+VLLM_VERSION = "0.33.0"
+#: What ``vllm.model_executor.models.llama_eagle3`` imports beyond our test venv.
+VLLM_DEPS = [
+    "apache-tvm-ffi==0.1.15.post2",
+    "cachetools==8.0.2",
+    "cbor2==6.3.0",
+    "cloudpickle==3.1.3",
+    "einops==0.8.2",
+    "fastapi==0.165.0",
+    "llguidance==1.9.1",
+    "msgspec==0.23.0",
+    "openai-harmony==0.0.8",
+    "opentelemetry-api==1.45.2",
+    "opentelemetry-sdk==1.45.2",
+    "opentelemetry-semantic-conventions==0.66b2",
+    "partial-json-parser==0.2.1.1.post7",
+    "prometheus-client==0.26.0",
+    "py-cpuinfo==9.0.0",
+    "pybase64==1.5.1",
+    "pyzmq==27.3.0",
+    "starlette==1.10.0",
+    "uvloop==0.23.0",
+    "xgrammar==0.2.9",
+]
+
+
+def default_env() -> Path:
+    """One scratch environment per vLLM version and base environment: it runs on
+    the base's site-packages, so another venv gets its own."""
+    base = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    return Path.home() / ".cache" / "speculators-kimi" / f"vllm-{VLLM_VERSION}-{base}"
+
+
+def say(msg: str) -> None:
+    print(f"[vllm-check] {msg}", file=sys.stderr, flush=True)
+
+
+def env_python(env: Path) -> Path:
+    return env / "bin" / "python"
+
+
+def ensure_env(env: Path) -> Path:
+    """The scratch environment's python, built on first use (``.ready`` marks it)."""
+    python = env_python(env)
+    ready = env / ".ready"
+    stamp = f"{VLLM_VERSION} {sys.prefix}\n"
+    if ready.is_file() and ready.read_text() == stamp:
+        return python
+    import site
+    import sysconfig
+
+    t0 = time.perf_counter()
+    say(f"building {env} (vllm {VLLM_VERSION} without dependencies)")
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--clear", str(env)],
+        check=True,
+    )
+    purelib = Path(
+        subprocess.run(
+            [
+                str(python),
+                "-c",
+                "import sysconfig; print(sysconfig.get_path('purelib'))",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    # addsitedir (not a bare path) so the editable install's .pth files apply.
+    ours = [sysconfig.get_path("purelib"), *site.getsitepackages()]
+    lines = [f"import site; site.addsitedir({p!r})" for p in dict.fromkeys(ours)]
+    (purelib / "speculators_kimi_base.pth").write_text("\n".join(lines) + "\n")
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
+    subprocess.run([*pip, "--no-deps", f"vllm=={VLLM_VERSION}", *VLLM_DEPS], check=True)
+    ready.write_text(stamp)
+    say(f"built in {time.perf_counter() - t0:.0f} s")
+    return python

@@ -1,0 +1,164 @@
+"""The check of a native MLA export, the way ``vllm serve VERIFIER
+--speculative-config`` takes it (``Eagle3DeepseekV3ForCausalLM``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .draft import load_and_check, one_step
+from .env import VLLM_VERSION
+from .stubs import MLA_STUB, init_single_process, stub_mla_attention
+
+__all__ = ["check_native_mla"]
+
+
+def _text_target(verifier: str, scratch: Path) -> tuple[str, str | None]:
+    """The target directory vLLM's ``ModelConfig`` reads: the verifier itself, or
+    for a multimodal one a text-only stand-in (its ``text_config``, its tokenizer
+    files; no weights: only the config is read)."""
+    import shutil
+
+    config = json.loads((Path(verifier) / "config.json").read_text())
+    text = config.get("text_config")
+    if not text:
+        return verifier, None
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / "config.json").write_text(json.dumps(text, indent=2))
+    for item in Path(verifier).iterdir():
+        if item.is_file() and (
+            item.name.startswith(("tokenizer", "special_tokens", "chat_template"))
+            or item.suffix in (".model", ".tiktoken")
+        ):
+            shutil.copy2(item, scratch / item.name)
+    why = (
+        f"text-only stand-in of {verifier} ({config.get('architectures')}): its "
+        f"text_config ({text.get('architectures')}, model_type "
+        f"{text.get('model_type')}) and tokenizer"
+    )
+    return str(scratch), why
+
+
+def _speculative_config(target, draft_dir: str, k: int):  # type: ignore[no-untyped-def]
+    from vllm.config import ParallelConfig, SpeculativeConfig
+
+    return SpeculativeConfig(
+        model=draft_dir,
+        method="eagle3",
+        num_speculative_tokens=k,
+        target_model_config=target,
+        target_parallel_config=ParallelConfig(),
+    )
+
+
+def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
+    import shutil
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file
+    from speculators.models.eagle3.model_definitions import MLA_FIELDS
+    from vllm.config import (
+        CompilationConfig,
+        CompilationMode,
+        DeviceConfig,
+        ModelConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    from speculators_kimi.evaluate import load_draft
+    from speculators_kimi.verifier.causal import load_causal_verifier
+
+    report: dict = {"vllm": VLLM_VERSION, "layout": "native"}
+    scratch = Path(tempfile.mkdtemp(prefix="vllm-check-"))
+    try:
+        target_dir, stand_in = _text_target(args.verifier, scratch / "target")
+        report["target_config"] = stand_in or args.verifier
+        target = ModelConfig(model=target_dir, dtype="float32")
+        k = int(args.num_speculative_tokens)
+        # What `vllm serve VERIFIER --speculative-config {"model": EXPORT,
+        # "method": "eagle3", ...}` builds for the draft.
+        spec = _speculative_config(target, args.export, k)
+        draft_config = spec.draft_model_config
+        hf = draft_config.hf_config
+        inner_model = getattr(hf, "model", None)
+        report["parsed"] = {
+            "hf_config_class": type(hf).__name__,
+            "model_type": hf.model_type,
+            "wrapped_model_type": getattr(inner_model, "model_type", None),
+            "architectures": list(draft_config.architectures),
+            "architecture": draft_config.architecture,
+            "use_mla": bool(draft_config.use_mla),
+            "head_size": draft_config.get_head_size(),
+            **{
+                key: getattr(hf, key, None)
+                for key in (
+                    "vocab_size",
+                    "draft_vocab_size",
+                    "hidden_size",
+                    "target_hidden_size",
+                    "num_hidden_layers",
+                    "num_attention_heads",
+                    *MLA_FIELDS,
+                    "rope_parameters",
+                    "eagle_aux_hidden_state_layer_ids",
+                    "eagle_config",
+                    "norm_before_residual",
+                    "norm_output",
+                    "fc_norm",
+                )
+            },
+        }
+        report["serve"] = {"method": spec.method, "num_speculative_tokens": k}
+        # `vllm serve EXPORT`: vLLM finds no draft in it (no speculators_config),
+        # so it would serve the draft itself as the model.
+        from vllm.transformers_utils.config import maybe_override_with_speculators
+
+        _, _, alone = maybe_override_with_speculators(args.export, None, False)
+        report["serve_dir_speculative"] = alone
+        # The same export labelled deepseek_v3: what vLLM 0.33 does with it.
+        relabelled = scratch / "as-deepseek_v3"
+        relabelled.mkdir()
+        (relabelled / "config.json").write_text(
+            json.dumps(dict(exported, model_type="deepseek_v3"))
+        )
+        try:
+            _speculative_config(target, str(relabelled), k)
+            report["deepseek_v3_refused"] = None
+        except Exception as err:  # pydantic's ValidationError (a ValueError)
+            report["deepseek_v3_refused"] = (
+                str(err).split("Supported architectures")[0].strip()
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    ours = load_draft(args.checkpoint, torch.float32, args.verifier)
+    verifier = load_causal_verifier(args.verifier, ours.target_layer_ids)
+    stub_mla_attention()
+    report["stubbed"] = MLA_STUB
+    torch.set_default_dtype(torch.float32)
+    config = VllmConfig(
+        model_config=target,
+        speculative_config=spec,
+        device_config=DeviceConfig(device="cpu"),
+        # custom_ops none: vLLM's own switch to each op's forward_native (the
+        # compiled vllm._C kernels are absent here), as in the speculators path.
+        compilation_config=CompilationConfig(
+            mode=CompilationMode.NONE, custom_ops=["none"]
+        ),
+    )
+    with set_current_vllm_config(config):
+        init_single_process()
+        cls, arch = ModelRegistry.resolve_model_cls(
+            draft_config.architectures, model_config=draft_config
+        )
+        draft = cls(vllm_config=config)
+    report["draft_class"] = arch
+    report["draft_module"] = f"{cls.__module__}.{cls.__qualname__}"
+    tensors = load_file(str(Path(args.export) / "model.safetensors"))
+    report.update(load_and_check(draft, config, tensors, ours))
+    report["one_step"] = one_step(draft, config, ours, verifier, args.tokens)
+    return report

@@ -1,0 +1,67 @@
+"""The check of a speculators-format export (``Eagle3LlamaForCausalLM``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .draft import build_draft, load_and_check, one_step
+from .env import VLLM_VERSION
+from .stubs import stub_attention
+
+__all__ = ["check_speculators_layout"]
+
+
+def check_speculators_layout(args: argparse.Namespace) -> dict:
+    import torch
+    from safetensors.torch import load_file
+    from vllm.transformers_utils.config import maybe_override_with_speculators
+    from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
+
+    from speculators_kimi.evaluate import load_draft
+    from speculators_kimi.verifier.causal import load_causal_verifier
+
+    report: dict = {"vllm": VLLM_VERSION, "layout": "speculators"}
+    hf_config = SpeculatorsConfig.from_pretrained(args.export)
+    report["parsed"] = {
+        key: getattr(hf_config, key, None)
+        for key in (
+            "architectures",
+            "model_type",
+            "draft_vocab_size",
+            "vocab_size",
+            "hidden_size",
+            "head_dim",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "target_hidden_size",
+            "eagle_aux_hidden_state_layer_ids",
+            "norm_before_fc",
+            "norm_before_residual",
+            "norm_output",
+            "fc_norm",
+        )
+    }
+    model, tokenizer, spec = maybe_override_with_speculators(args.export, None, False)
+    report["serve"] = {"model": model, "tokenizer": tokenizer, "speculative": spec}
+    try:
+        maybe_override_with_speculators(args.checkpoint, None, False)
+        report["checkpoint_refused"] = None
+    except ValueError as err:
+        report["checkpoint_refused"] = str(err)
+
+    ours = load_draft(args.checkpoint, torch.float32, args.verifier)
+    verifier = load_causal_verifier(args.verifier, ours.target_layer_ids)
+    stub_attention()
+    report["stubbed"] = "vllm.model_executor.models.llama.Attention -> causal SDPA"
+    torch.set_default_dtype(torch.float32)
+    draft, arch, config = build_draft(
+        hf_config,
+        int(verifier.text_config.num_hidden_layers),
+        int(verifier.text_config.vocab_size),
+    )
+    report["draft_class"] = arch
+    tensors = load_file(str(Path(args.export) / "model.safetensors"))
+    report.update(load_and_check(draft, config, tensors, ours))
+    report["one_step"] = one_step(draft, config, ours, verifier, args.tokens)
+    return report
