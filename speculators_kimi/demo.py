@@ -55,6 +55,13 @@ __all__ = [
 
 DATASET = "demo_conversations.jsonl"
 _LOSS = re.compile(r"train/loss=([-+0-9.e]+|nan|inf)")
+# The trainer's lines the demo shows (its full output, about 19 lines of metrics
+# per step, goes to the log file): epochs, resume, checkpoints, problems.
+_MILESTONE = re.compile(
+    r"Training epoch|Validation epoch|Found checkpoint|Resuming|incomplete|"
+    r"WARNING|ERROR|Error|Traceback"
+)
+_LOG_TAIL = 40
 
 
 @dataclass
@@ -144,8 +151,11 @@ def train_argv(verifier: Path, data: Path, run_dir: Path, s: DemoSettings) -> li
 
 
 def _stream(cmd: list[str], log: Path) -> str:
-    """Run ``cmd`` showing its output live; return the output (also in ``log``)."""
+    """Run ``cmd``, its whole output into ``log`` and its milestones (epochs,
+    resume, warnings) shown live; return the output. On failure the log's last
+    lines are shown too."""
     _say("+ " + shlex.join(cmd))
+    _say(f"its full output: {log}")
     chunks: list[str] = []
     with log.open("a") as sink:
         proc = subprocess.Popen(
@@ -157,11 +167,13 @@ def _stream(cmd: list[str], log: Path) -> str:
         )
         assert proc.stdout is not None
         for line in proc.stdout:
-            sys.stdout.write(line)
+            if _MILESTONE.search(line):
+                sys.stdout.write(line)
             sink.write(line)
             chunks.append(line)
         rc = proc.wait()
     if rc != 0:
+        sys.stdout.write("".join(chunks[-_LOG_TAIL:]))
         raise RuntimeError(f"command failed ({rc}): {shlex.join(cmd)}; log: {log}")
     return "".join(chunks)
 
