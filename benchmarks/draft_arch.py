@@ -144,17 +144,26 @@ def kimi_size(tmp: Path) -> dict[str, Any]:
     """Trainable parameters and doctor's memory estimate at Kimi-K2.5 size."""
     from transformers import DeepseekV3Config
 
-    from speculators_kimi.doctor import draft_layer_params, estimate_memory
+    from speculators_kimi.doctor import draft_options, estimate_memory
 
     verifier = tmp / "kimi-k2.5-text"
     DeepseekV3Config(**KIMI_K25_TEXT).save_pretrained(verifier)
     out = {}
     for arch in ARCHS:
         config = draft_config(verifier, arch)
-        memory = estimate_memory(config, draft_vocab=32000)
+        flags = argparse.Namespace(
+            draft_arch=arch,
+            num_layers=1,
+            norm_before_fc=None,
+            norm_output=None,
+            fc_norm=False,
+        )
+        memory = estimate_memory(
+            config, draft_vocab=32000, options=draft_options(str(verifier), flags)
+        )
         out[arch] = {
-            "layer_params": draft_layer_params(config),
             "trainable_params": memory["trainable_params"],
+            "frozen_params": memory["frozen_params"],
             "estimated_total_gib": memory["total_gib"],
         }
     return out

@@ -369,20 +369,62 @@ def _draft_section(verifier: str, args, report: Report) -> Any:
     return draft
 
 
-def draft_layer_params(draft: Any) -> int:
-    """Parameters of the EAGLE-3 decoder layers ``draft`` describes, counted on
-    the meta device from the classes training builds (any ``--draft-arch``)."""
-    import torch
-    from speculators.models.eagle3.model_definitions import model_classes
+def draft_options(verifier: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The draft's norm and embedding options as ``speculators train`` resolves
+    them from the same flags (its own defaults, e.g. no ``--norm-before-fc`` for
+    an MLA draft)."""
+    from speculators.train.config import TrainConfig
 
-    classes = model_classes[draft.model_type]
+    argv = ["--verifier-name-or-path", verifier, "--data-path", "unused"]
+    argv += ["--draft-arch", args.draft_arch, "--num-layers", str(args.num_layers)]
+    for flag in ("norm_before_fc", "norm_output"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            argv.append(f"--{'' if value else 'no-'}{flag.replace('_', '-')}")
+    if getattr(args, "fc_norm", False):
+        argv.append("--fc-norm")
+    draft = TrainConfig.resolve(argv).draft
+    return {
+        name: getattr(draft, name)
+        for name in (
+            "norm_before_residual",
+            "norm_before_fc",
+            "fc_norm",
+            "norm_output",
+            "embed_requires_grad",
+        )
+    }
+
+
+def draft_params(
+    draft: Any, *, draft_vocab: int, num_aux: int, options: dict[str, Any]
+) -> tuple[int, int]:
+    """(trainable, frozen) parameters of the whole EAGLE-3 draft ``speculators
+    train`` builds for ``draft`` and ``options``, counted on the meta device (its
+    own classes: layers, ``fc``, norms, embedding and heads; no tensor read)."""
+    import torch
+    from speculators.config import SpeculatorsConfig, VerifierConfig
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+
+    config = Eagle3SpeculatorConfig(
+        transformer_layer_config=draft,
+        draft_vocab_size=draft_vocab,
+        eagle_aux_hidden_state_layer_ids=list(range(num_aux)),
+        speculators_config=SpeculatorsConfig(
+            algorithm="eagle3",
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=1)],
+            default_proposal_method="greedy",
+            verifier=VerifierConfig(name_or_path=None, architectures=[]),
+        ),
+        **options,
+    )
     with torch.device("meta"):
-        built = [classes.first_layer_class(draft, layer_idx=0)]
-        built += [
-            classes.decoder_layer_class(draft, i)
-            for i in range(1, int(draft.num_hidden_layers))
-        ]
-    return sum(p.numel() for layer in built for p in layer.parameters())
+        model = Eagle3DraftModel(config)
+    counts = [0, 0]
+    for param in model.parameters():
+        counts[not param.requires_grad] += param.numel()
+    return counts[0], counts[1]
 
 
 def _attention_width(draft: Any) -> int:
@@ -402,6 +444,7 @@ def estimate_memory(
     draft: Any,
     *,
     draft_vocab: int,
+    options: dict[str, Any],
     seq_len: int = DEFAULT_SEQ_LEN,
     ttt_steps: int = DEFAULT_TTT_STEPS,
     num_aux: int = 3,
@@ -410,18 +453,19 @@ def estimate_memory(
 
     :param draft: the draft decoder config.
     :param draft_vocab: the draft vocabulary size.
+    :param options: the draft's norm options (:func:`draft_options`).
     :param seq_len: tokens per step (one packed sequence).
     :param ttt_steps: test-time-training steps.
     :param num_aux: auxiliary hidden states fed to the draft.
     :returns: the parts and the total.
     """
     hidden = int(draft.hidden_size)
-    vocab = int(draft.vocab_size)
     inter = int(draft.intermediate_size)
     layers = int(draft.num_hidden_layers)
-    # The draft's own layer classes, counted exactly (on the meta device).
-    trainable = draft_layer_params(draft) + num_aux * hidden * hidden + hidden
-    frozen = vocab * hidden + 2 * draft_vocab * hidden + hidden
+    # The whole draft, counted exactly from its own classes (on the meta device).
+    trainable, frozen = draft_params(
+        draft, draft_vocab=draft_vocab, num_aux=num_aux, options=options
+    )
     gib = 1024**3
     weights = (trainable + frozen) * FP32
     optimizer = trainable * (FP32 + ADAM_STATE_BYTES)
@@ -509,7 +553,14 @@ def diagnose(verifier: str, args: argparse.Namespace) -> Report:
         _values_section(spec, report, progress=sys.stderr)
     try:
         draft = _draft_section(verifier, args, report)
-        report.memory = estimate_memory(draft, draft_vocab=args.draft_vocab_size)
+        options = draft_options(verifier, args)
+        report.draft_config = {**(report.draft_config or {}), **options}
+        report.memory = estimate_memory(
+            draft,
+            draft_vocab=args.draft_vocab_size,
+            options=options,
+            num_aux=len(report.target_layer_ids or [0, 1, 2]),
+        )
         if int(draft.hidden_size) != int(text_config.hidden_size):
             report.problems.append(
                 Problem(
@@ -625,6 +676,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "verifier vocabulary))",
     )
     parser.add_argument("--num-layers", type=int, default=1)
+    parser.add_argument(
+        "--norm-before-fc",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="as for `speculators train` (default: its default for --draft-arch)",
+    )
+    parser.add_argument(
+        "--norm-output",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="as for `speculators train` (default: its default)",
+    )
+    parser.add_argument(
+        "--fc-norm", action="store_true", help="as for `speculators train`"
+    )
     parser.add_argument(
         "--draft-arch",
         choices=("llama", "qwen3", "deepseek_v3"),

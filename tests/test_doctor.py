@@ -381,3 +381,61 @@ def test_without_check_values_nan_is_not_read(tmp_path, capsys):
 def test_version_still_works(capsys):
     assert cli.main(["--version"]) == 0
     assert "speculators-kimi" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def kimi_tiny(tmp_path_factory) -> Path:
+    from speculators_kimi.tiny_verifier import build_kimi_tiny
+
+    return build_kimi_tiny(tmp_path_factory.mktemp("kimi") / "verifier")
+
+
+@pytest.mark.parametrize(
+    ("arch", "flags"),
+    [
+        ("llama", []),
+        ("llama", ["--no-norm-before-fc"]),
+        ("llama", ["--fc-norm", "--no-norm-before-fc", "--no-norm-output"]),
+        ("deepseek_v3", []),
+        ("deepseek_v3", ["--norm-before-fc"]),
+    ],
+    ids=["llama", "llama-no-input-norm", "llama-fc-norm", "mla", "mla-input-norm"],
+)
+def test_parameter_counts_are_the_trained_models(kimi_tiny, capsys, arch, flags):
+    """doctor's figures equal those of the draft `speculators train` builds from
+    the same flags (its own builder, the verifier's weights loaded)."""
+    import argparse
+
+    from speculators.models.eagle3 import Eagle3DraftModel
+    from speculators.train.cli import build_draft_model
+    from speculators.train.config import TrainConfig
+
+    draft_vocab = 64
+    code, report = _doctor(
+        capsys,
+        str(kimi_tiny),
+        "--draft-arch",
+        arch,
+        "--draft-vocab-size",
+        str(draft_vocab),
+        *flags,
+    )
+    assert code == 0, report["problems"]
+    argv = ["--verifier-name-or-path", str(kimi_tiny), "--data-path", "unused"]
+    args = argparse.Namespace(
+        **TrainConfig.resolve([*argv, "--draft-arch", arch, *flags]).flatten()
+    )
+    vocab = report["text_config"]["vocab_size"]
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[:draft_vocab] = True
+    d2t = torch.zeros(draft_vocab, dtype=torch.long)
+    model = build_draft_model(args, Eagle3DraftModel, t2d, d2t, draft_vocab)
+    params = list(model.parameters())
+    memory = report["estimated_memory"]
+    assert memory["trainable_params"] == sum(
+        p.numel() for p in params if p.requires_grad
+    )
+    assert memory["frozen_params"] == sum(
+        p.numel() for p in params if not p.requires_grad
+    )
+    assert report["draft_config"]["norm_before_fc"] == model.config.norm_before_fc
