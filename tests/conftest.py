@@ -50,3 +50,42 @@ def trained_mla_demo(tmp_path_factory) -> dict:
     return run_demo(
         DemoSettings(out=out, num_samples=40, epochs=1, draft_arch="deepseek_v3")
     )
+
+
+@pytest.fixture
+def tiny_draft_checkpoint(tmp_path) -> Path:
+    """A random-weight EAGLE-3 draft (one Llama layer, hidden 32, vocabulary 64 of
+    which the draft keeps 32) saved as `speculators train` saves one, for the
+    tiny Llama verifier beside it (``<checkpoint>/../verifier``)."""
+    import torch
+    from transformers import AutoConfig
+
+    from speculators_kimi.tiny_verifier import TinyVerifierSpec, build_verifier
+    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
+
+    spec = TinyVerifierSpec(
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=4,
+        num_heads=2,
+        num_kv_heads=2,
+        num_words=56,
+        num_samples=2,
+    )
+    verifier = build_verifier(spec, tmp_path / "verifier")
+    layer = AutoConfig.from_pretrained(verifier)
+    layer.num_hidden_layers = 1
+    draft = build_eagle3_draft(
+        layer,
+        draft_vocab_size=32,
+        ttt_steps=2,
+        verifier_architecture="LlamaForCausalLM",
+        std=0.02,
+    )
+    draft.config.speculators_config.verifier.name_or_path = str(verifier)
+    t2d = torch.zeros(spec.vocab_size, dtype=torch.bool)
+    t2d[::2] = True
+    draft.load_vocab_mappings(t2d, torch.arange(32) * 2 - torch.arange(32))
+    ckpt = tmp_path / "checkpoint"
+    draft.save_pretrained(ckpt)
+    return ckpt

@@ -356,3 +356,27 @@ def test_a_missing_draft_is_one_line_and_a_traceback_on_request(
     monkeypatch.setenv("SPECULATORS_TRACEBACK", "1")
     with pytest.raises(MissingInputError):
         main(argv)
+
+
+def test_a_bf16_draft_keeps_exact_rotary_tables(tiny_draft_checkpoint):
+    """Loaded in bfloat16 (what ``--dtype auto`` gives on a GPU), the draft's
+    rotary frequencies stay float32: its cos/sin at position 32k are the float32
+    tables rounded once to bf16, as vLLM's cache holds them; casting the
+    frequencies themselves (what ``model.to`` does) is off there."""
+    ckpt = tiny_draft_checkpoint
+    exact = load_draft(ckpt, torch.float32)
+    half = load_draft(ckpt, torch.bfloat16)
+    assert half.rotary_emb.inv_freq.dtype == torch.float32
+    assert torch.equal(half.rotary_emb.inv_freq, exact.rotary_emb.inv_freq)
+    assert next(half.parameters()).dtype == torch.bfloat16
+
+    positions = torch.tensor([[0, 1, 4095, 32767]])
+    x = torch.zeros(1, 4, 8, dtype=torch.bfloat16)
+    cos, sin = half.rotary_emb(x, positions)
+    want_cos, want_sin = exact.rotary_emb(x.float(), positions)
+    assert torch.equal(cos, want_cos.to(torch.bfloat16))
+    assert torch.equal(sin, want_sin.to(torch.bfloat16))
+
+    rounded = load_draft(ckpt, torch.float32).to(torch.bfloat16)  # the old cast
+    old_cos, _ = rounded.rotary_emb(x, positions)
+    assert not torch.equal(old_cos[0, -1], cos[0, -1])

@@ -84,35 +84,8 @@ def test_export_writes_what_vllm_reads(trained_demo, tmp_path):
         export_draft(ckpt, ckpt, verifier_id=HUB_ID)
 
 
-@pytest.fixture
-def tiny_checkpoint(tmp_path) -> Path:
-    """A random-weight EAGLE-3 draft saved as `speculators train` saves one."""
-    from transformers import LlamaConfig
-
-    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
-
-    layer = LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        num_hidden_layers=1,
-        vocab_size=64,
-    )
-    draft = build_eagle3_draft(
-        layer,
-        draft_vocab_size=32,
-        ttt_steps=2,
-        verifier_architecture="LlamaForCausalLM",
-        std=0.02,
-    )
-    ckpt = tmp_path / "checkpoint"
-    draft.save_pretrained(ckpt)
-    return ckpt
-
-
 def test_export_refuses_a_non_empty_out_and_overwrite_replaces_it_whole(
-    tiny_checkpoint, tmp_path, capsys
+    tiny_draft_checkpoint, tmp_path, capsys
 ):
     from speculators_kimi.cli import main
 
@@ -121,14 +94,15 @@ def test_export_refuses_a_non_empty_out_and_overwrite_replaces_it_whole(
     (out / "config.json").write_text('{"mine": true}\n')
     (out / "notes.txt").write_text("the user's\n")
     before = snapshot(out)
-    argv = ["export", str(tiny_checkpoint), "--out", str(out), "--verifier-id", HUB_ID]
+    argv = ["export", str(tiny_draft_checkpoint), "--out", str(out)]
+    argv += ["--verifier-id", HUB_ID]
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert f"--out {out} is not empty (config.json, notes.txt)" in err
     assert "--overwrite" in err
     assert snapshot(out) == before
 
-    export_draft(tiny_checkpoint, out, verifier_id=HUB_ID, overwrite=True)
+    export_draft(tiny_draft_checkpoint, out, verifier_id=HUB_ID, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == [
         "config.json",
         "config.py",
@@ -136,16 +110,20 @@ def test_export_refuses_a_non_empty_out_and_overwrite_replaces_it_whole(
     ]
     config = json.loads((out / "config.json").read_text())
     assert config["speculators_config"]["verifier"]["name_or_path"] == HUB_ID
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "serve"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint",
+        "serve",
+        "verifier",
+    ]
 
 
 def test_export_killed_while_writing_keeps_the_previous_export(
-    tiny_checkpoint, tmp_path, monkeypatch
+    tiny_draft_checkpoint, tmp_path, monkeypatch
 ):
     import safetensors.torch
 
     out = tmp_path / "serve"
-    export_draft(tiny_checkpoint, out, verifier_id=HUB_ID)
+    export_draft(tiny_draft_checkpoint, out, verifier_id=HUB_ID)
     before = snapshot(out)
 
     def torn_write(tensors, filename, metadata=None):
@@ -154,9 +132,13 @@ def test_export_killed_while_writing_keeps_the_previous_export(
 
     monkeypatch.setattr(safetensors.torch, "save_file", torn_write)
     with pytest.raises(KeyboardInterrupt):
-        export_draft(tiny_checkpoint, out, verifier_id=HUB_ID, overwrite=True)
+        export_draft(tiny_draft_checkpoint, out, verifier_id=HUB_ID, overwrite=True)
     assert snapshot(out) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "serve"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint",
+        "serve",
+        "verifier",
+    ]
 
 
 def test_verifier_hub_id_from_its_origin(tmp_path):
