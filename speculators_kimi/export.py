@@ -158,8 +158,48 @@ def _serving_config(config: dict[str, Any], verifier_id: str, hidden: int) -> di
     return out
 
 
+#: DeepSeek-V3 mixture-of-experts and MTP fields: a draft layer is dense and has no
+#: MTP layer, so the class defaults its config carries (256 routed experts, 8
+#: groups, ...) describe neither it nor the verifier; not written.
+_MOE_FIELDS = (
+    "first_k_dense_replace",
+    "moe_intermediate_size",
+    "moe_layer_freq",
+    "n_group",
+    "n_shared_experts",
+    "norm_topk_prob",
+    "num_experts_per_tok",
+    "num_nextn_predict_layers",
+    "routed_scaling_factor",
+    "scoring_func",
+    "topk_group",
+    "topk_method",
+)
+#: Token ids the layer config holds as class defaults: the verifier's own, or none.
+_TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def _verifier_token_ids(verifier: str | None) -> dict[str, Any]:
+    """The verifier's own bos / eos / pad ids (its text config, else its top-level
+    config), when a local copy is at hand; else none."""
+    if not verifier or not (Path(verifier) / "config.json").is_file():
+        return {}
+    from speculators.utils.text_config import load_config_dict, text_config_dict
+
+    top = load_config_dict(verifier)
+    text = text_config_dict(top)
+    return {
+        key: text.get(key, top.get(key))
+        for key in _TOKEN_FIELDS
+        if text.get(key, top.get(key)) is not None
+    }
+
+
 def _mla_serving_config(
-    config: dict[str, Any], hidden: int, has_input_norm: bool
+    config: dict[str, Any],
+    hidden: int,
+    has_input_norm: bool,
+    verifier: str | None = None,
 ) -> dict:
     """The native ``config.json`` vLLM 0.33's ``Eagle3DeepseekV3ForCausalLM``
     reads: the trained DeepSeek-V3 layer config (every MLA field: q/kv LoRA ranks,
@@ -174,7 +214,10 @@ def _mla_serving_config(
     ``Eagle3DeepSeekMTPModel``), and ``kimi_k2`` is not in the list of EAGLE
     drafts it treats as MLA (``use_mla`` false, vllm#45760).
     The aux layer ids go both top level (vLLM's model runner reads them there)
-    and in ``eagle_config`` (where ``DeepseekV2Eagle3Model`` counts them).
+    and in ``eagle_config`` (where ``DeepseekV2Eagle3Model`` counts them). Only
+    fields that describe the draft are written: no mixture-of-experts or MTP
+    class defaults (``n_routed_experts`` is null: dense), token ids from the
+    verifier (``verifier``, a local copy) or none.
     """
     layer = dict(config["transformer_layer_config"])
     if has_input_norm or config.get("norm_before_fc"):
@@ -190,8 +233,10 @@ def _mla_serving_config(
             "only: retrain the draft with rope_interleave true"
         )
     aux = _aux_layer_ids(config)
-    layer.pop("architectures", None)
-    layer.pop("_name_or_path", None)
+    for key in ("architectures", "_name_or_path", *_MOE_FIELDS, *_TOKEN_FIELDS):
+        layer.pop(key, None)
+    layer["n_routed_experts"] = None  # dense: vLLM builds DeepseekV2MLP
+    layer.update(_verifier_token_ids(verifier))
     out: dict[str, Any] = {
         "architectures": [MLA_ARCHITECTURE],
         "model_type": MLA_SERVE_MODEL_TYPE,
@@ -300,7 +345,7 @@ def export_draft(
     mla = config["transformer_layer_config"].get("model_type") == MLA_LAYER_TYPE
     if mla:
         serving = _mla_serving_config(
-            config, text_hidden, "input_norm.weight" in tensors
+            config, text_hidden, "input_norm.weight" in tensors, local
         )
     else:
         serving = _serving_config(config, hub_id, text_hidden)

@@ -283,6 +283,18 @@ def test_mla_export_writes_vllms_native_config(trained_mla_demo, tmp_path):
         assert config[key] is trained[key], key
     assert "speculators_config" not in config and "auto_map" not in config
     assert not (out / "config.py").exists()
+    # Only what describes the draft: dense (no experts), no MTP layer, the
+    # verifier's own token ids, no DeepSeek-V3 class defaults.
+    assert config["n_routed_experts"] is None
+    for key in ("n_group", "topk_group", "routed_scaling_factor", "n_shared_experts"):
+        assert key not in config, key
+    assert "num_nextn_predict_layers" not in config
+    verifier = json.loads(
+        (Path(trained_mla_demo["verifier"]) / "config.json").read_text()
+    )
+    text = verifier.get("text_config", verifier)
+    for key in ("bos_token_id", "eos_token_id"):
+        assert config.get(key) == text.get(key, verifier.get(key)), key
 
     tensors = load_file(out / "model.safetensors")
     saved = load_file(ckpt / "model.safetensors")
