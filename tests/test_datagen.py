@@ -395,3 +395,26 @@ def test_an_output_dir_that_is_a_file_is_one_line(llama, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--output-dir {occupied / 'hs'}: {occupied} is a file" in err
     assert occupied.read_text() == "the user's file\n"
+
+
+def test_an_output_dir_without_permission_is_one_line(llama, capsys):
+    """A directory the process may not create (``/sys`` refuses even root)."""
+    from speculators_kimi import cli
+
+    verifier, data = llama
+    denied = Path("/sys/speculators-kimi-test/hs")
+    try:
+        denied.mkdir(parents=True)
+    except PermissionError:
+        pass
+    else:  # pragma: no cover - a writable /sys: nothing to refuse here
+        denied.rmdir()
+        pytest.skip("/sys is writable on this machine")
+    argv = ["generate-hidden-states", "--verifier", str(verifier)]
+    argv += ["--data-path", str(data), "--output-dir", str(denied)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2] == (
+        f"error: --output-dir {denied}: no permission to write "
+        f"{denied.parent}; choose a directory you can write, or fix its permissions"
+    )
