@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -75,6 +76,33 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class _ShortName(logging.Filter):
+    """``[demo]`` for ``speculators_kimi.demo``: the module, not the package."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.short_name = record.name.rpartition(".")[2]
+        return True
+
+
+def configure_logging() -> None:
+    """Our loggers' lines on stdout as ``[<module>] message`` (INFO and up).
+
+    The library itself only logs (``logging.getLogger(__name__)``, silent until
+    its user configures logging); a command configures this once, for the
+    ``speculators_kimi`` loggers alone, so other libraries stay as they are.
+    """
+    package = logging.getLogger("speculators_kimi")
+    if any(getattr(h, "_speculators_kimi", False) for h in package.handlers):
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("[%(short_name)s] %(message)s"))
+    handler.addFilter(_ShortName())
+    handler._speculators_kimi = True  # type: ignore[attr-defined]
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    package.propagate = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if a in COMMANDS), None)
@@ -86,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    configure_logging()
     # Known errors (bad verifier path, config, weights) as one line, as upstream's
     # commands report them (unit 0012); imported here to keep --version fast.
     from speculators.utils.cli_errors import run_cli

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -97,8 +98,11 @@ def load_conversations(limit: int | None = None) -> list[list[dict[str, str]]]:
     return convs[:limit] if limit else convs
 
 
+logger = logging.getLogger(__name__)
+
+
 def _say(msg: str) -> None:
-    print(f"[demo] {msg}", flush=True)
+    logger.info("%s", msg)
 
 
 def _offline_env() -> dict[str, str]:
