@@ -155,7 +155,9 @@ def test_verifier_hub_id_from_its_origin(tmp_path):
     assert hub_id_of("org/model") == "org/model"
 
 
-def _vllm_check(ckpt: Path, out: Path, verifier: str, tmp_path: Path) -> dict:
+def _vllm_check(
+    ckpt: Path, out: Path, verifier: str, tmp_path: Path, *extra: str
+) -> dict:
     """Export ``ckpt`` into ``out`` and run `tools/vllm_check.py` on it."""
     export_draft(ckpt, out, verifier_id=HUB_ID)
     report_file = tmp_path / "vllm.json"
@@ -170,6 +172,7 @@ def _vllm_check(ckpt: Path, out: Path, verifier: str, tmp_path: Path) -> dict:
             verifier,
             "--json",
             str(report_file),
+            *extra,
         ],
         timeout=1800,
     )
@@ -202,6 +205,7 @@ def test_vllm_accepts_and_loads_the_export(trained_demo, tmp_path):
     # which it shares from the verifier.
     assert report["parameters_not_loaded"] == []
     assert report["shared_from_verifier"] == ["model.embed_tokens.weight"]
+    assert report["aux_states"] == "VerifierAux"
     step = report["one_step"]
     assert step["max_abs_logit_diff"] < 1e-4, step
     assert step["same_argmax"] and step["same_masked_tokens"]
@@ -344,11 +348,16 @@ def test_mla_export_refuses_norm_before_fc(trained_mla_demo, tmp_path):
 def test_vllm_loads_the_mla_export(trained_mla_demo, tmp_path):
     """vLLM 0.33's own code on CPU, as `vllm serve VERIFIER --speculative-config`
     builds the draft: its config handling, its Eagle3DeepseekV3ForCausalLM, its
-    load_weights (see tools/vllm_check.py: only MLAAttention is stubbed)."""
+    load_weights (see tools/vllm_check.py: only MLAAttention is stubbed). The
+    aux states are synthetic (the mode for a real-size verifier); the Llama
+    layout's test feeds the verifier's own."""
     ckpt = Path(trained_mla_demo["checkpoint"])
     out = tmp_path / "serve"
-    report = _vllm_check(ckpt, out, trained_mla_demo["verifier"], tmp_path)
+    report = _vllm_check(
+        ckpt, out, trained_mla_demo["verifier"], tmp_path, "--synthetic-aux-states"
+    )
     assert report["layout"] == "native"
+    assert report["aux_states"] == "SyntheticAux"
     parsed = report["parsed"]
     layer = json.loads((ckpt / "config.json").read_text())["transformer_layer_config"]
     # vLLM's EAGLEConfig wraps the draft's config; its MLA detection accepts it.

@@ -19,9 +19,12 @@
      tensor reached is found (the embedding, absent from the export, is shared
      from the verifier as vLLM's proposer shares it);
    - one draft step over a prompt (the verifier's real aux hidden states,
-     computed by ``speculators_kimi.evaluate``): vLLM's ``combine_hidden_states``,
-     ``forward`` and ``compute_logits`` against our ``DraftRunner`` on the
-     trained checkpoint.
+     computed by ``speculators_kimi.evaluate``; with ``--synthetic-aux-states``
+     states drawn at the verifier's width, no verifier decoder built): vLLM's
+     ``combine_hidden_states``, ``forward`` and ``compute_logits`` against our
+     ``DraftRunner`` on the trained checkpoint. The export's tensors are streamed
+     into vLLM's class one at a time, and the embedding it shares is the same
+     storage as ours (no second copy).
 
 Stubbed, because it has no CPU implementation in a CUDA wheel: only vLLM's paged
 ``Attention`` layer (its KV cache and CUDA kernels), replaced by causal
@@ -98,6 +101,14 @@ def main() -> int:
         "for this vLLM version and this environment)",
     )
     parser.add_argument("--tokens", type=int, default=24)
+    parser.add_argument(
+        "--synthetic-aux-states",
+        action="store_true",
+        help="feed both drafts aux states drawn at the verifier's width instead of "
+        "running the verifier's decoder (a real-size verifier does not fit a CPU "
+        "box): proves the export's parsing, loading and the draft's own step, "
+        "not the verifier's capture",
+    )
     parser.add_argument(
         "--num-speculative-tokens",
         type=int,

@@ -5,7 +5,70 @@ from __future__ import annotations
 
 from .stubs import init_single_process
 
-__all__ = ["build_draft", "load_and_check", "one_step"]
+__all__ = [
+    "SyntheticAux",
+    "VerifierAux",
+    "aux_source",
+    "build_draft",
+    "export_tensors",
+    "load_and_check",
+    "one_step",
+]
+
+
+class VerifierAux:
+    """A prompt's aux hidden states from the verifier's decoder (as evaluate
+    computes them): what vLLM's target would hand the draft."""
+
+    def __init__(self, verifier: str, layer_ids: list[int]) -> None:
+        from speculators_kimi.verifier.causal import load_causal_verifier
+
+        self.verifier = load_causal_verifier(verifier, layer_ids)
+        self.vocab_size = int(self.verifier.text_config.vocab_size)
+        self.num_hidden_layers = int(self.verifier.text_config.num_hidden_layers)
+
+    def states(self, prompt: list[int]):  # type: ignore[no-untyped-def]
+        from transformers import DynamicCache
+
+        return self.verifier.forward(prompt, DynamicCache())[1]
+
+
+class SyntheticAux:
+    """Aux hidden states drawn at the verifier's width, no decoder built (a real
+    Kimi-K2.5 decoder does not fit a CPU box): the check feeds both drafts the
+    same inputs, so it still proves loading and the draft's own computation, not
+    the verifier's capture."""
+
+    def __init__(self, verifier: str, layer_ids: list[int]) -> None:
+        from speculators.utils.text_config import load_config_dict, text_config_dict
+
+        text = text_config_dict(load_config_dict(verifier))
+        self.vocab_size = int(text["vocab_size"])
+        self.num_hidden_layers = int(text["num_hidden_layers"])
+        self.width = len(layer_ids) * int(text["hidden_size"])
+
+    def states(self, prompt: list[int]):  # type: ignore[no-untyped-def]
+        import torch
+
+        gen = torch.Generator().manual_seed(1)
+        return torch.randn(len(prompt), self.width, generator=gen)
+
+
+def aux_source(args, layer_ids: list[int]):  # type: ignore[no-untyped-def]
+    """The aux states the check feeds both drafts (``--synthetic-aux-states``)."""
+    cls = SyntheticAux if args.synthetic_aux_states else VerifierAux
+    return cls(args.verifier, list(layer_ids))
+
+
+def export_tensors(export: str):  # type: ignore[no-untyped-def]
+    """The export's tensors, one at a time (nothing held beyond the one loaded)."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    with safe_open(str(Path(export) / "model.safetensors"), framework="pt") as f:
+        for name in f.keys():  # noqa: SIM118 - safe_open has no iterator
+            yield name, f.get_tensor(name)
 
 
 def build_draft(hf_config, target_layers: int, target_vocab: int):  # type: ignore[no-untyped-def]
@@ -45,21 +108,34 @@ def build_draft(hf_config, target_layers: int, target_vocab: int):  # type: igno
         return cls(vllm_config=config), arch, config
 
 
-def load_and_check(draft, config, tensors: dict, ours) -> dict:  # type: ignore[no-untyped-def]
-    """NaN-fill ``draft``, load ``tensors`` with its ``load_weights``, share the
-    verifier's embedding when the export has none; what no tensor reached."""
+def load_and_check(draft, config, export: str, ours) -> dict:  # type: ignore[no-untyped-def]
+    """NaN-fill ``draft``, load the export's tensors (streamed) with its
+    ``load_weights``, share the verifier's embedding when the export has none;
+    what no tensor reached."""
     import torch
     from vllm.config import set_current_vllm_config
 
     with torch.no_grad():
         for p in draft.parameters():
             p.fill_(float("nan")) if p.is_floating_point() else p.fill_(-1)
+    names: list[str] = []
+
+    def stream():  # type: ignore[no-untyped-def]
+        for name, tensor in export_tensors(export):
+            names.append(name)
+            yield name, tensor
+
     with set_current_vllm_config(config):
-        draft.load_weights(iter(tensors.items()))
+        draft.load_weights(stream())
     shared = []
-    if "embed_tokens.weight" not in tensors:  # vLLM's proposer shares the target's
-        with torch.no_grad():
-            draft.model.embed_tokens.weight.copy_(ours.embed_tokens.weight)
+    if "embed_tokens.weight" not in names:  # vLLM's proposer shares the target's
+        # The same storage, as vLLM's proposer shares it (no second copy).
+        mine, theirs = ours.embed_tokens.weight, draft.model.embed_tokens.weight
+        if theirs.shape == mine.shape and theirs.dtype == mine.dtype:
+            theirs.data = mine.data
+        else:
+            with torch.no_grad():
+                theirs.copy_(mine)
         shared.append("model.embed_tokens.weight")
     unloaded = [
         name
@@ -67,24 +143,24 @@ def load_and_check(draft, config, tensors: dict, ours) -> dict:  # type: ignore[
         if (p.isnan().any() if p.is_floating_point() else (p < 0).all())
     ]
     return {
-        "tensors": sorted(tensors),
+        "tensors": sorted(names),
         "shared_from_verifier": shared,
         "parameters_not_loaded": unloaded,
     }
 
 
-def one_step(draft, config, ours, verifier, tokens: int) -> dict:  # type: ignore[no-untyped-def]
-    """One draft step over a prompt: vLLM's draft against our DraftRunner."""
+def one_step(draft, config, ours, source, tokens: int) -> dict:  # type: ignore[no-untyped-def]
+    """One draft step over a prompt: vLLM's draft against our DraftRunner, both
+    fed the aux states of ``source`` (:func:`aux_source`)."""
     import torch
-    from transformers import DynamicCache
     from vllm.config import set_current_vllm_config
 
     from speculators_kimi.evaluate import DraftRunner
 
     gen = torch.Generator().manual_seed(0)
-    vocab = int(verifier.text_config.vocab_size)
+    vocab = source.vocab_size
     prompt = torch.randint(0, vocab, (tokens,), generator=gen).tolist()
-    _, aux = verifier.forward(prompt, DynamicCache())
+    aux = source.states(prompt)
     ids = torch.tensor(prompt[1:])
     with torch.no_grad(), set_current_vllm_config(config):
         states = draft.combine_hidden_states(aux[:-1])

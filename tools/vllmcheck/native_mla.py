@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .draft import load_and_check, one_step
+from .draft import aux_source, load_and_check, one_step
 from .env import VLLM_VERSION
 from .stubs import MLA_STUB, init_single_process, stub_mla_attention
 
@@ -57,7 +57,6 @@ def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
     import tempfile
 
     import torch
-    from safetensors.torch import load_file
     from speculators.models.eagle3.model_definitions import MLA_FIELDS
     from vllm.config import (
         CompilationConfig,
@@ -70,7 +69,6 @@ def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
     from vllm.model_executor.models.registry import ModelRegistry
 
     from speculators_kimi.evaluate import load_draft
-    from speculators_kimi.verifier.causal import load_causal_verifier
 
     report: dict = {"vllm": VLLM_VERSION, "layout": "native"}
     scratch = Path(tempfile.mkdtemp(prefix="vllm-check-"))
@@ -136,7 +134,8 @@ def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
 
     ours = load_draft(args.checkpoint, torch.float32, args.verifier)
-    verifier = load_causal_verifier(args.verifier, ours.target_layer_ids)
+    source = aux_source(args, ours.target_layer_ids)
+    report["aux_states"] = type(source).__name__
     stub_mla_attention()
     report["stubbed"] = MLA_STUB
     torch.set_default_dtype(torch.float32)
@@ -158,7 +157,6 @@ def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
         draft = cls(vllm_config=config)
     report["draft_class"] = arch
     report["draft_module"] = f"{cls.__module__}.{cls.__qualname__}"
-    tensors = load_file(str(Path(args.export) / "model.safetensors"))
-    report.update(load_and_check(draft, config, tensors, ours))
-    report["one_step"] = one_step(draft, config, ours, verifier, args.tokens)
+    report.update(load_and_check(draft, config, args.export, ours))
+    report["one_step"] = one_step(draft, config, ours, source, args.tokens)
     return report

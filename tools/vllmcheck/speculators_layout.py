@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from .draft import build_draft, load_and_check, one_step
+from .draft import aux_source, build_draft, load_and_check, one_step
 from .env import VLLM_VERSION
 from .stubs import stub_attention
 
@@ -14,12 +13,10 @@ __all__ = ["check_speculators_layout"]
 
 def check_speculators_layout(args: argparse.Namespace) -> dict:
     import torch
-    from safetensors.torch import load_file
     from vllm.transformers_utils.config import maybe_override_with_speculators
     from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
 
     from speculators_kimi.evaluate import load_draft
-    from speculators_kimi.verifier.causal import load_causal_verifier
 
     report: dict = {"vllm": VLLM_VERSION, "layout": "speculators"}
     hf_config = SpeculatorsConfig.from_pretrained(args.export)
@@ -51,17 +48,17 @@ def check_speculators_layout(args: argparse.Namespace) -> dict:
         report["checkpoint_refused"] = str(err)
 
     ours = load_draft(args.checkpoint, torch.float32, args.verifier)
-    verifier = load_causal_verifier(args.verifier, ours.target_layer_ids)
+    source = aux_source(args, ours.target_layer_ids)
+    report["aux_states"] = type(source).__name__
     stub_attention()
     report["stubbed"] = "vllm.model_executor.models.llama.Attention -> causal SDPA"
     torch.set_default_dtype(torch.float32)
     draft, arch, config = build_draft(
         hf_config,
-        int(verifier.text_config.num_hidden_layers),
-        int(verifier.text_config.vocab_size),
+        source.num_hidden_layers,
+        source.vocab_size,
     )
     report["draft_class"] = arch
-    tensors = load_file(str(Path(args.export) / "model.safetensors"))
-    report.update(load_and_check(draft, config, tensors, ours))
-    report["one_step"] = one_step(draft, config, ours, verifier, args.tokens)
+    report.update(load_and_check(draft, config, args.export, ours))
+    report["one_step"] = one_step(draft, config, ours, source, args.tokens)
     return report
