@@ -88,6 +88,16 @@ def inner(args: argparse.Namespace) -> dict:
     return check_native_mla(args, config)
 
 
+def _memory() -> dict:
+    """The check's own memory: peak resident (VmHWM) and anonymous (RssAnon) now."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "RssAnon"):
+            fields[key] = int(value.split()[0]) * 1024
+    return {"vm_hwm_bytes": fields.get("VmHWM"), "rss_anon_bytes": fields.get("RssAnon")}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("export", help="directory written by speculators-kimi export")
@@ -119,7 +129,9 @@ def main() -> int:
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
-        print(json.dumps(inner(args)))
+        report = inner(args)
+        report["memory"] = _memory()
+        print(json.dumps(report))
         return 0
     python = ensure_env(args.env or default_env())
     t0 = time.perf_counter()
