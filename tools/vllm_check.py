@@ -95,7 +95,10 @@ def _memory() -> dict:
         key, _, value = line.partition(":")
         if key in ("VmHWM", "RssAnon"):
             fields[key] = int(value.split()[0]) * 1024
-    return {"vm_hwm_bytes": fields.get("VmHWM"), "rss_anon_bytes": fields.get("RssAnon")}
+    return {
+        "vm_hwm_bytes": fields.get("VmHWM"),
+        "rss_anon_bytes": fields.get("RssAnon"),
+    }
 
 
 def main() -> int:
