@@ -160,9 +160,12 @@ def _serving_config(config: dict[str, Any], verifier_id: str, hidden: int) -> di
 
 #: DeepSeek-V3 mixture-of-experts and MTP fields: a draft layer is dense and has no
 #: MTP layer, so the class defaults its config carries (256 routed experts, 8
-#: groups, ...) describe neither it nor the verifier; not written.
+#: groups, ...) describe neither it nor the verifier; not written (a null
+#: ``n_routed_experts`` would say "dense", but transformers' DeepseekV2Config,
+#: which vLLM parses it with, types it int and refuses null).
 _MOE_FIELDS = (
     "first_k_dense_replace",
+    "n_routed_experts",
     "moe_intermediate_size",
     "moe_layer_freq",
     "n_group",
@@ -216,8 +219,9 @@ def _mla_serving_config(
     The aux layer ids go both top level (vLLM's model runner reads them there)
     and in ``eagle_config`` (where ``DeepseekV2Eagle3Model`` counts them). Only
     fields that describe the draft are written: no mixture-of-experts or MTP
-    class defaults (``n_routed_experts`` is null: dense), token ids from the
-    verifier (``verifier``, a local copy) or none.
+    class defaults (vLLM builds a dense ``DeepseekV2MLP`` for the draft layer
+    whatever they say), token ids from the verifier (``verifier``, a local copy)
+    or none.
     """
     layer = dict(config["transformer_layer_config"])
     if has_input_norm or config.get("norm_before_fc"):
@@ -235,7 +239,6 @@ def _mla_serving_config(
     aux = _aux_layer_ids(config)
     for key in ("architectures", "_name_or_path", *_MOE_FIELDS, *_TOKEN_FIELDS):
         layer.pop(key, None)
-    layer["n_routed_experts"] = None  # dense: vLLM builds DeepseekV2MLP
     layer.update(_verifier_token_ids(verifier))
     out: dict[str, Any] = {
         "architectures": [MLA_ARCHITECTURE],

@@ -289,8 +289,7 @@ def test_mla_export_writes_vllms_native_config(trained_mla_demo, tmp_path):
     assert not (out / "config.py").exists()
     # Only what describes the draft: dense (no experts), no MTP layer, the
     # verifier's own token ids, no DeepSeek-V3 class defaults.
-    assert config["n_routed_experts"] is None
-    for key in ("n_group", "topk_group", "routed_scaling_factor", "n_shared_experts"):
+    for key in ("n_routed_experts", "n_group", "topk_group", "routed_scaling_factor"):
         assert key not in config, key
     assert "num_nextn_predict_layers" not in config
     verifier = json.loads(
