@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["cpu_model", "device_name", "status"]
+__all__ = ["cpu_model", "device_name", "kimi_size_verifier", "status"]
 
 
 def status(field: str) -> int:
@@ -46,3 +46,31 @@ def device_name(device: torch.device) -> str:
 
     mode = "Triton interpreter" if triton.knobs.runtime.interpret else "no Triton"
     return f"CPU {cpu_model()} ({mode})"
+
+
+def kimi_size_verifier(path: Path, vocab: int = 163840, hidden: int = 7168) -> Path:
+    """The Kimi-K2.5 Hub layout (``tiny_verifier``'s skeleton) at Kimi-K2.5's sizes:
+    real-size bf16 embedding, head and final norm; 61 layers, 64 heads, MLA ranks
+    1536/512, head dims 128/64/128 in its config."""
+    import torch
+
+    from speculators_kimi.tiny_verifier import (
+        KimiTinySpec,
+        mla_text,
+        write_kimi_k25_skeleton,
+    )
+
+    spec = KimiTinySpec(
+        hidden_size=hidden, intermediate_size=18432, num_layers=61, num_heads=64
+    )
+    text = mla_text(
+        spec,
+        vocab_size=vocab,
+        kv_lora_rank=512,
+        q_lora_rank=1536,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=128,
+        v_head_dim=128,
+        rms_norm_eps=1e-5,
+    )
+    return write_kimi_k25_skeleton(path, text, dtype=torch.bfloat16)

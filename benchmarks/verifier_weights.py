@@ -41,38 +41,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_common import cpu_model  # this directory (run as a script)
+from bench_common import cpu_model, kimi_size_verifier  # this directory (script)
 
 VOCAB = 163840
 HIDDEN = 7168
-LAYERS = 61
 DRAFT_VOCAB = 32768
-
-
-def build_checkpoint(path: Path, vocab: int, hidden: int) -> None:
-    """The Kimi-K2.5 Hub layout (``tiny_verifier``'s skeleton) at Kimi-K2.5's sizes."""
-    import torch
-
-    from speculators_kimi.tiny_verifier import (
-        KimiTinySpec,
-        mla_text,
-        write_kimi_k25_skeleton,
-    )
-
-    spec = KimiTinySpec(
-        hidden_size=hidden, intermediate_size=18432, num_layers=LAYERS, num_heads=64
-    )
-    text = mla_text(
-        spec,
-        vocab_size=vocab,
-        kv_lora_rank=512,
-        q_lora_rank=1536,
-        qk_rope_head_dim=64,
-        qk_nope_head_dim=128,
-        v_head_dim=128,
-        rms_norm_eps=1e-5,
-    )
-    write_kimi_k25_skeleton(path, text, dtype=torch.bfloat16)
 
 
 CHILD = r"""
@@ -242,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         start = dt.datetime.now(dt.UTC)
         if not (ckpt / "model.safetensors.index.json").is_file():
-            build_checkpoint(ckpt, args.vocab, args.hidden)  # else: kept (--keep)
+            kimi_size_verifier(ckpt, args.vocab, args.hidden)  # else: kept (--keep)
         # Warm the page cache once so both loaders read from memory.
         for shard in sorted(ckpt.glob("*.safetensors")):
             with shard.open("rb") as file:
