@@ -12,8 +12,24 @@ __all__ = [
     "build_draft",
     "export_tensors",
     "load_and_check",
+    "load_ours",
     "one_step",
 ]
+
+
+def load_ours(args):  # type: ignore[no-untyped-def]
+    """Our draft in float32 (what the step is compared in), without the frozen
+    verifier head only training's loss reads (0.9 GB at Kimi-K2.5 size)."""
+    import gc
+
+    import torch
+
+    from speculators_kimi.evaluate import load_draft
+
+    ours = load_draft(args.checkpoint, torch.float32, args.verifier)
+    del ours.verifier_lm_head
+    gc.collect()
+    return ours
 
 
 class VerifierAux:

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .draft import aux_source, load_and_check, one_step
+from .draft import aux_source, load_and_check, load_ours, one_step
 from .env import VLLM_VERSION
 from .stubs import MLA_STUB, init_single_process, stub_mla_attention
 
@@ -67,8 +67,6 @@ def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
         set_current_vllm_config,
     )
     from vllm.model_executor.models.registry import ModelRegistry
-
-    from speculators_kimi.evaluate import load_draft
 
     report: dict = {"vllm": VLLM_VERSION, "layout": "native"}
     scratch = Path(tempfile.mkdtemp(prefix="vllm-check-"))
@@ -133,7 +131,7 @@ def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    ours = load_draft(args.checkpoint, torch.float32, args.verifier)
+    ours = load_ours(args)
     source = aux_source(args, ours.target_layer_ids)
     report["aux_states"] = type(source).__name__
     stub_mla_attention()

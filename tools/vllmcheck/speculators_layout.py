@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .draft import aux_source, build_draft, load_and_check, one_step
+from .draft import aux_source, build_draft, load_and_check, load_ours, one_step
 from .env import VLLM_VERSION
 from .stubs import stub_attention
 
@@ -15,8 +15,6 @@ def check_speculators_layout(args: argparse.Namespace) -> dict:
     import torch
     from vllm.transformers_utils.config import maybe_override_with_speculators
     from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
-
-    from speculators_kimi.evaluate import load_draft
 
     report: dict = {"vllm": VLLM_VERSION, "layout": "speculators"}
     hf_config = SpeculatorsConfig.from_pretrained(args.export)
@@ -47,7 +45,7 @@ def check_speculators_layout(args: argparse.Namespace) -> dict:
     except ValueError as err:
         report["checkpoint_refused"] = str(err)
 
-    ours = load_draft(args.checkpoint, torch.float32, args.verifier)
+    ours = load_ours(args)
     source = aux_source(args, ours.target_layer_ids)
     report["aux_states"] = type(source).__name__
     stub_attention()
