@@ -76,6 +76,19 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler on whatever ``sys.stdout`` is when a record is written (a test's
+    capture, or the terminal), not on the one of when it was made."""
+
+    @property  # type: ignore[override]
+    def stream(self):  # type: ignore[no-untyped-def]
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, _value) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+
 class _ShortName(logging.Filter):
     """``[demo]`` for ``speculators_kimi.demo``: the module, not the package."""
 
@@ -94,7 +107,7 @@ def configure_logging() -> None:
     package = logging.getLogger("speculators_kimi")
     if any(getattr(h, "_speculators_kimi", False) for h in package.handlers):
         return
-    handler = logging.StreamHandler(sys.stdout)
+    handler = _Stdout()
     handler.setFormatter(logging.Formatter("[%(short_name)s] %(message)s"))
     handler.addFilter(_ShortName())
     handler._speculators_kimi = True  # type: ignore[attr-defined]

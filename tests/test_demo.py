@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -132,7 +133,7 @@ def _rows(data: Path) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
 
 
 @pytest.mark.slow
-def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path, capsys):
+def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path):
     from transformers import PreTrainedTokenizerFast
 
     from speculators_kimi.datagen import HS_DIRNAME
@@ -141,9 +142,21 @@ def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path, capsys):
     data, hs = out / "data", out / "data" / HS_DIRNAME
 
     def demo(num_samples: int) -> str:
-        capsys.readouterr()
-        run_demo(DemoSettings(out=out, num_samples=num_samples, train=False))
-        return capsys.readouterr().out
+        """The demo's lines, as the command line shows them (in process the
+        library only logs)."""
+        lines: list[str] = []
+        handler = logging.Handler()
+        handler.emit = lambda r: lines.append(f"[demo] {r.getMessage()}\n")
+        logger = logging.getLogger("speculators_kimi.demo")
+        logger.addHandler(handler)
+        level = logger.level
+        logger.setLevel(logging.INFO)
+        try:
+            run_demo(DemoSettings(out=out, num_samples=num_samples, train=False))
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+        return "".join(lines)
 
     def expected_rows(n: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         # A row per reply, with the turns before it: what follows the last
