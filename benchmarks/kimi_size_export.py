@@ -43,6 +43,7 @@ def build_checkpoint(verifier: Path, arch: str, out: Path) -> dict:
     from speculators_kimi.evaluate.session import cast_draft
 
     argv = ["--verifier-name-or-path", str(verifier), "--data-path", "unused"]
+    argv += ["--mask-token-id", "0"]  # the skeleton has no tokenizer to ask
     args = argparse.Namespace(
         **TrainConfig.resolve([*argv, "--draft-arch", arch]).flatten()
     )

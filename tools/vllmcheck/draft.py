@@ -188,9 +188,13 @@ def one_step(draft, config, ours, source, tokens: int) -> dict:  # type: ignore[
     mine = logits.new_full((logits.shape[0], vocab), float("-inf"))
     mine[:, runner.draft_to_target] = logits
     finite = torch.isfinite(mine)
+    diff = float((theirs[finite] - mine[finite]).abs().max())
+    scale = float(mine[finite].abs().max())
     return {
         "tokens": len(prompt) - 1,
-        "max_abs_logit_diff": float((theirs[finite] - mine[finite]).abs().max()),
+        "max_abs_logit_diff": diff,
+        "max_abs_logit": scale,
+        "max_rel_logit_diff": diff / scale if scale else diff,
         "same_masked_tokens": bool(torch.equal(finite, torch.isfinite(theirs))),
         "same_argmax": bool(torch.equal(theirs.argmax(-1), mine.argmax(-1))),
     }

@@ -25,6 +25,19 @@ def _text_target(verifier: str, scratch: Path) -> tuple[str, str | None]:
     if not text:
         return verifier, None
     scratch.mkdir(parents=True, exist_ok=True)
+    if not text.get("architectures"):
+        # A nested text config may name none; vLLM's ModelConfig needs one:
+        # transformers' causal LM class for its model type, or DeepSeek-V3's for
+        # an MLA text model transformers does not map (Kimi's ``kimi_k2``).
+        from transformers.models.auto.modeling_auto import (
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        )
+
+        arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(text.get("model_type", ""))
+        if arch is None and "kv_lora_rank" in text:
+            arch = "DeepseekV3ForCausalLM"
+        if arch is not None:
+            text = dict(text, architectures=[arch])
     (scratch / "config.json").write_text(json.dumps(text, indent=2))
     for item in Path(verifier).iterdir():
         if item.is_file() and (
