@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["cpu_model", "device_name", "kimi_size_verifier", "status"]
+__all__ = [
+    "KIMI_HIDDEN",
+    "KIMI_VOCAB",
+    "cpu_model",
+    "device_name",
+    "kimi_size_verifier",
+    "status",
+]
 
 
 def status(field: str) -> int:
@@ -48,7 +55,13 @@ def device_name(device: torch.device) -> str:
     return f"CPU {cpu_model()} ({mode})"
 
 
-def kimi_size_verifier(path: Path, vocab: int = 163840, hidden: int = 7168) -> Path:
+#: Kimi-K2.5's vocabulary and hidden size.
+KIMI_VOCAB, KIMI_HIDDEN = 163840, 7168
+
+
+def kimi_size_verifier(
+    path: Path, vocab: int = KIMI_VOCAB, hidden: int = KIMI_HIDDEN
+) -> Path:
     """The Kimi-K2.5 Hub layout (``tiny_verifier``'s skeleton) at Kimi-K2.5's sizes:
     real-size bf16 embedding, head and final norm; 61 layers, 64 heads, MLA ranks
     1536/512, head dims 128/64/128 in its config."""

@@ -25,7 +25,12 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import cpu_model, kimi_size_verifier, status  # this directory
+from bench_common import (  # this directory
+    KIMI_VOCAB,
+    cpu_model,
+    kimi_size_verifier,
+    status,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT_VOCAB = 32000
@@ -47,8 +52,7 @@ def build_checkpoint(verifier: Path, arch: str, out: Path) -> dict:
     args = argparse.Namespace(
         **TrainConfig.resolve([*argv, "--draft-arch", arch]).flatten()
     )
-    vocab = 163840
-    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d = torch.zeros(KIMI_VOCAB, dtype=torch.bool)
     t2d[:DRAFT_VOCAB] = True
     d2t = torch.zeros(DRAFT_VOCAB, dtype=torch.long)
     t0 = time.perf_counter()

@@ -41,10 +41,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_common import cpu_model, kimi_size_verifier  # this directory (script)
+from bench_common import (  # this directory (run as a script)
+    KIMI_HIDDEN,
+    KIMI_VOCAB,
+    cpu_model,
+    kimi_size_verifier,
+)
 
-VOCAB = 163840
-HIDDEN = 7168
 DRAFT_VOCAB = 32768
 
 
@@ -201,8 +204,8 @@ def run_child(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab", type=int, default=VOCAB)
-    parser.add_argument("--hidden", type=int, default=HIDDEN)
+    parser.add_argument("--vocab", type=int, default=KIMI_VOCAB)
+    parser.add_argument("--hidden", type=int, default=KIMI_HIDDEN)
     parser.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=None)

@@ -105,12 +105,11 @@ def configure_logging() -> None:
     ``speculators_kimi`` loggers alone, so other libraries stay as they are.
     """
     package = logging.getLogger("speculators_kimi")
-    if any(getattr(h, "_speculators_kimi", False) for h in package.handlers):
+    if any(isinstance(h, _Stdout) for h in package.handlers):
         return
     handler = _Stdout()
     handler.setFormatter(logging.Formatter("[%(short_name)s] %(message)s"))
     handler.addFilter(_ShortName())
-    handler._speculators_kimi = True  # type: ignore[attr-defined]
     package.addHandler(handler)
     package.setLevel(logging.INFO)
     package.propagate = False

@@ -39,13 +39,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .cli_args import add_json_argument, emit_report
 from .stage_cache import Stage, StageCache
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "DemoSettings",

@@ -32,8 +32,8 @@ def _is_script_entry(node: ast.stmt) -> bool:
     )
 
 
-def _imports(path: Path) -> set[str]:
-    """The ``speculators_kimi`` modules ``path`` imports (resolved, absolute)."""
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's ``modules`` that ``path`` imports (resolved, absolute)."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text())
@@ -52,14 +52,15 @@ def _imports(path: Path) -> set[str]:
             found.add(module)
             # "from . import store": the submodule is what is imported.
             found.update(f"{module}.{a.name}" for a in node.names)
-    modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
     return {m for m in found if m in modules and m != name}
 
 
 def _graph() -> dict[str, set[str]]:
+    files = list(PACKAGE.rglob("*.py"))
+    modules = {_module_name(p) for p in files}
     return {
-        _module_name(p): _imports(p)
-        for p in PACKAGE.rglob("*.py")
+        _module_name(p): _imports(p, modules)
+        for p in files
         if p.name != "__main__.py"  # entry points: the top of the graph
     }
 

@@ -17,9 +17,7 @@ from ..cli_args import (
     verifier_weight_kwargs,
 )
 from ..verifier.loading import DTYPES
-from .generate import (
-    generate_hidden_states,
-)
+from .generate import generate_hidden_states
 
 __all__ = ["add_arguments", "run"]
 

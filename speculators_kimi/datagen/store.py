@@ -5,15 +5,14 @@ Each file holds ``hidden_states`` ``[seq, n_aux + 1, hidden]`` and ``token_ids``
 verifier that produced it (its path and content fingerprint, which ``speculators
 train`` checks), the aux layer ids and, ours, the decoder prefix. One entry,
 because safetensors writes its metadata map in hash order: two entries would
-make a file's bytes differ from run to run. A file is written under a temporary name and
-renamed, so a killed run leaves either a whole file or none; on resume a file
-counts as done only if its header, dtype, layer ids, verifier fingerprint and
-token ids match what would be written now.
+make a file's bytes differ from run to run. A file is written under a temporary
+name and renamed, so a killed run leaves either a whole file or none; on resume a
+file counts as done only if its header, dtype, layer ids, verifier fingerprint
+and token ids match what would be written now.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from enum import Enum
@@ -23,7 +22,6 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save
 from speculators.data_generation.provenance import (
-    PROVENANCE_KEY,
     provenance_metadata,
     provenance_of,
 )
@@ -51,11 +49,9 @@ def file_metadata(
     layer_ids: Sequence[int], prefix: str, verifier: str, fingerprint: str
 ) -> dict[str, str]:
     """The files' metadata: one entry (see the module docstring)."""
-    record = json.loads(
-        provenance_metadata(fingerprint, verifier, list(layer_ids))[PROVENANCE_KEY]
+    return provenance_metadata(
+        fingerprint, verifier, list(layer_ids), verifier_prefix=prefix
     )
-    record["verifier_prefix"] = prefix
-    return {PROVENANCE_KEY: json.dumps(record, sort_keys=True)}
 
 
 class FileState(Enum):

@@ -77,8 +77,9 @@ EXACT_BUFFERS = ("inv_freq", "original_inv_freq")
 
 def cast_draft(model: Any, dtype: torch.dtype) -> Any:
     """``model`` cast to ``dtype`` in place, its :data:`EXACT_BUFFERS` kept."""
+    # ``to`` puts new tensors in the module; the float32 ones stay as they are.
     kept = {
-        name: buf.detach().clone()
+        name: buf
         for name, buf in model.named_buffers()
         if name.rpartition(".")[2] in EXACT_BUFFERS
     }

@@ -112,10 +112,16 @@ def local_checkpoint_dir(name_or_path: str | Path) -> Path | None:
 
 
 def provenance_metadata(
-    fingerprint: str, verifier: str, target_layer_ids: list[int]
+    fingerprint: str, verifier: str, target_layer_ids: list[int], **extra: Any
 ) -> dict[str, str]:
-    """The metadata entry a hidden-state file carries (one JSON string)."""
+    """The metadata entry a hidden-state file carries (one JSON string).
+
+    :param extra: further facts the producer records in the same entry (one
+        entry: safetensors writes its metadata map in hash order, so a second
+        entry would make a file's bytes differ from run to run).
+    """
     record = {
+        **extra,
         "verifier": str(verifier),
         "verifier_fingerprint": fingerprint,
         "target_layer_ids": list(target_layer_ids),
