@@ -5,7 +5,6 @@ built by the tests); each case checks the decoded trained spans exactly.
 """
 
 import json
-import logging
 
 import pytest
 from datasets import Dataset as HFDataset
@@ -13,9 +12,10 @@ from transformers import AutoTokenizer
 
 from speculators.data_generation.local_render import LocalChatRenderer
 from speculators.data_generation.preprocessing import (
+    _render_boundary_rows,
     build_speculator_training_dataset,
-    load_and_preprocess_dataset,
 )
+from speculators.data_generation.reasoning import ReasoningDroppedError
 from tests.unit.mock.chat_tokenizers import (
     K25_CHAT_TEMPLATE,
     K25_WEATHER_CALL_RENDERED,
@@ -183,15 +183,7 @@ def test_qwen3_trains_reasoning_after_the_last_query(qwen3):
     assert text.count(REASONING) == 1
 
 
-def test_qwen3_enable_thinking_false_prefills_an_empty_block(qwen3):
-    conv = [USER, {"role": "assistant", "content": ANSWER}]
-    (row,) = _build(qwen3, [conv], chat_template_kwargs={"enable_thinking": False})
-    text, spans = _spans(qwen3, row)
-    assert spans == [f"{ANSWER}<|im_end|>\n"]
-    assert text.endswith(f"<think>\n\n</think>\n\n{ANSWER}<|im_end|>\n")
-
-
-def test_template_that_drops_reasoning_is_reported(tmp_path, caplog):
+def test_template_that_drops_reasoning_is_reported(tmp_path):
     # K2.5 behaviour without a preserve switch: reasoning cannot be trained.
     no_switch = K25_CHAT_TEMPLATE.replace(
         "{%- if preserve_thinking -%}{%- set ns.last_final = -1 -%}{%- endif -%}", ""
@@ -200,40 +192,13 @@ def test_template_that_drops_reasoning_is_reported(tmp_path, caplog):
     path = write_kimi_tokenizer(tmp_path / "kimi", no_switch)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
     plain = [USER, {"role": "assistant", "content": ANSWER}]
-    with caplog.at_level(logging.WARNING):
-        kept = _build(tokenizer, [[USER, _reply()], plain])
-    assert len(kept) == 1
-    assert "1 x ReasoningDroppedError (conversations 0)" in caplog.text
-    with pytest.raises(ValueError, match="every conversation was dropped.*Reasoning"):
-        _build(tokenizer, [[USER, _reply()]])
-    assert len(_build(tokenizer, [[USER, _reply()]], allow_empty_output=True)) == 0
+    (kept,) = _build(tokenizer, [[USER, _reply()], plain])
+    assert _spans(tokenizer, kept)[1] == [f"</think>{ANSWER}<|im_end|>"]
+    renderer = LocalChatRenderer("kimi", tokenizer=tokenizer)
+    reply = {"role": "assistant", "content": ANSWER, "reasoning": REASONING}
+    with pytest.raises(ReasoningDroppedError, match="--no-train-reasoning"):
+        _render_boundary_rows([USER, reply], renderer, 512)
     assert len(_build(tokenizer, [[USER, _reply()]], train_reasoning=False)) == 1
-
-
-def test_unsplittable_conversation_is_reported_by_input_position(tmp_path, caplog):
-    # A template that renders history differently once a reply is appended.
-    rewrites = (
-        "{%- if messages | length > 2 and messages[-1].role == 'assistant' -%}"
-        "<|im_system|>{%- endif -%}"
-    ) + K25_CHAT_TEMPLATE
-    path = write_kimi_tokenizer(tmp_path / "kimi", rewrites)
-    good = [USER, {"role": "assistant", "content": ANSWER}]
-    data = tmp_path / "data.jsonl"
-    rows = [good, good, [*good, USER, _reply()], good]
-    data.write_text("\n".join(json.dumps({"conversations": c}) for c in rows))
-    with caplog.at_level(logging.WARNING):
-        dataset, _ = load_and_preprocess_dataset(
-            str(path),
-            [str(data)],
-            seq_length=512,
-            build_dataset_num_proc=1,
-            render_endpoint="local",
-            trust_remote_code=True,
-            seed=3,
-        )
-    # Reported by its position in the file, although the rows were shuffled.
-    assert "1 x BoundaryUnstableError (conversations 2)" in caplog.text
-    assert len(dataset) == 3
 
 
 def test_renderer_sends_switches_only_to_the_trained_turn(kimi):
