@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                     "aux_states",
                     "parameters_not_loaded",
                     "shared_from_verifier",
+                    "embedding_rows_equal_ours",
                     "one_step",
                     "memory",
                     "check_seconds",

@@ -358,7 +358,7 @@ def test_a_missing_draft_is_one_line_and_a_traceback_on_request(
         main(argv)
 
 
-def test_a_bf16_draft_keeps_exact_rotary_tables(tiny_draft_checkpoint):
+def test_a_bf16_draft_keeps_exact_rotary_tables(tiny_draft_checkpoint, tmp_path):
     """Loaded in bfloat16 (what ``--dtype auto`` gives on a GPU), the draft's
     rotary frequencies stay float32: its cos/sin at position 32k are the float32
     tables rounded once to bf16, as vLLM's cache holds them; casting the
@@ -380,3 +380,10 @@ def test_a_bf16_draft_keeps_exact_rotary_tables(tiny_draft_checkpoint):
     rounded = load_draft(ckpt, torch.float32).to(torch.bfloat16)  # the old cast
     old_cos, _ = rounded.rotary_emb(x, positions)
     assert not torch.equal(old_cos[0, -1], cos[0, -1])
+
+    # dtype None: as stored (what tools/vllm_check.py loads before upcasting).
+    half.save_pretrained(tmp_path / "bf16")
+    kept = load_draft(tmp_path / "bf16", None)
+    assert next(kept.fc.parameters()).dtype == torch.bfloat16
+    assert torch.equal(kept.fc.weight, half.fc.weight)
+    assert kept.rotary_emb.inv_freq.dtype == torch.float32

@@ -22,9 +22,11 @@
      computed by ``speculators_kimi.evaluate``; with ``--synthetic-aux-states``
      states drawn at the verifier's width, no verifier decoder built): vLLM's
      ``combine_hidden_states``, ``forward`` and ``compute_logits`` against our
-     ``DraftRunner`` on the trained checkpoint. The export's tensors are streamed
-     into vLLM's class one at a time, and the embedding it shares is the same
-     storage as ours (no second copy).
+     ``DraftRunner`` on the trained checkpoint. Sized for a real export on a CPU
+     box: ours stays in its stored dtype (mapped from the file) until vLLM's
+     class has been loaded (tensors streamed one at a time), stepped and
+     released; only then is ours upcast to float32 and stepped. Both embed
+     through the prompt's rows of the embedding alone (``PromptRows``).
 
 Stubbed, because it has no CPU implementation in a CUDA wheel: only vLLM's paged
 ``Attention`` layer (its KV cache and CUDA kernels), replaced by causal

@@ -44,11 +44,13 @@ def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
 
 def load_draft(
     checkpoint: str | Path,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = torch.float32,
     verifier: str | Path | None = None,
 ) -> Any:
     """An EAGLE-3 draft as ``speculators train`` saved it.
 
+    :param dtype: what to cast it to; ``None`` keeps the stored dtype, and the
+        tensors stay mapped from the file (no anonymous copy of a 4 GB draft).
     :param verifier: the verifier to read its verifier-owned tensors and layer
         count from, instead of the path recorded at training (which may be gone
         once the checkpoint is moved).
@@ -65,7 +67,7 @@ def load_draft(
         raise TypeError(
             f"{checkpoint}: a {type(model).__name__}; evaluate runs EAGLE-3 drafts"
         )
-    return cast_draft(model, dtype).eval()
+    return (model if dtype is None else cast_draft(model, dtype)).eval()
 
 
 #: Buffers that set numerics and stay float32 whatever the draft's dtype: the

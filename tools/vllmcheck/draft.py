@@ -6,30 +6,55 @@ from __future__ import annotations
 from .stubs import init_single_process
 
 __all__ = [
+    "PromptRows",
     "SyntheticAux",
     "VerifierAux",
     "aux_source",
     "build_draft",
+    "check_draft",
+    "compare_step",
     "export_tensors",
     "load_and_check",
     "load_ours",
-    "one_step",
+    "vllm_step",
 ]
 
 
 def load_ours(args):  # type: ignore[no-untyped-def]
-    """Our draft in float32 (what the step is compared in), without the frozen
-    verifier head only training's loss reads (0.9 GB at Kimi-K2.5 size)."""
+    """Our draft in the dtype it was saved in (mapped from the file, so nearly
+    no anonymous memory), without the frozen verifier head only training's loss
+    reads (0.9 GB at Kimi-K2.5 size). :func:`compare_step` upcasts what the
+    step computes with, after vLLM's draft is gone."""
     import gc
-
-    import torch
 
     from speculators_kimi.evaluate import load_draft
 
-    ours = load_draft(args.checkpoint, torch.float32, args.verifier)
+    ours = load_draft(args.checkpoint, None, args.verifier)
     del ours.verifier_lm_head
     gc.collect()
     return ours
+
+
+class PromptRows:
+    """The prompt both drafts are stepped over, and its embedding rows.
+
+    Only the prompt's rows of the embedding are ever read, and the whole table
+    is 4.7 GB in float32 at Kimi-K2.5 size (twice: ours and vLLM's). Both drafts
+    therefore embed through a table of just these rows, indexed by
+    ``local_ids``: the same lookup, exactly, in a few kB.
+    """
+
+    def __init__(self, ours, vocab_size: int, tokens: int) -> None:  # type: ignore[no-untyped-def]
+        import torch
+
+        gen = torch.Generator().manual_seed(0)
+        prompt = torch.randint(0, vocab_size, (tokens,), generator=gen)
+        self.prompt: list[int] = prompt.tolist()
+        self.unique, self.local_ids = prompt.unique(return_inverse=True)
+        self.rows = ours.embed_tokens.weight.detach()[self.unique].float()
+        # Ours embeds through the rows from now on; the full table is released.
+        ours.embed_tokens.weight = torch.nn.Parameter(self.rows, requires_grad=False)
+        ours.embed_tokens.padding_idx = None  # a gradient-only index, out of range
 
 
 class VerifierAux:
@@ -124,15 +149,23 @@ def build_draft(hf_config, target_layers: int, target_vocab: int):  # type: igno
         return cls(vllm_config=config), arch, config
 
 
-def load_and_check(draft, config, export: str, ours) -> dict:  # type: ignore[no-untyped-def]
+def load_and_check(draft, config, export: str, rows: PromptRows) -> dict:  # type: ignore[no-untyped-def]
     """NaN-fill ``draft``, load the export's tensors (streamed) with its
-    ``load_weights``, share the verifier's embedding when the export has none;
-    what no tensor reached."""
+    ``load_weights``; what no tensor reached. The embedding then holds the
+    prompt's rows (:class:`PromptRows`): the verifier's, shared as vLLM's
+    proposer shares them when the export has none, else the export's own.
+
+    The embedding is not NaN-filled: ``torch.empty`` leaves its 4.7 GB (at
+    Kimi-K2.5 size) untouched, so never resident, unless the export loads it.
+    """
     import torch
     from vllm.config import set_current_vllm_config
 
+    embedding = draft.model.embed_tokens.weight
     with torch.no_grad():
         for p in draft.parameters():
+            if p is embedding:
+                continue
             p.fill_(float("nan")) if p.is_floating_point() else p.fill_(-1)
     names: list[str] = []
 
@@ -144,57 +177,81 @@ def load_and_check(draft, config, export: str, ours) -> dict:  # type: ignore[no
     with set_current_vllm_config(config):
         draft.load_weights(stream())
     shared = []
-    if "embed_tokens.weight" not in names:  # vLLM's proposer shares the target's
-        # The same storage, as vLLM's proposer shares it (no second copy).
-        mine, theirs = ours.embed_tokens.weight, draft.model.embed_tokens.weight
-        if theirs.shape == mine.shape and theirs.dtype == mine.dtype:
-            theirs.data = mine.data
-        else:
-            with torch.no_grad():
-                theirs.copy_(mine)
+    embedded = any(name.endswith("embed_tokens.weight") for name in names)
+    if embedded:
+        own = embedding.detach()[rows.unique].float()
+        same_rows = bool(torch.equal(own, rows.rows))
+        embedding.data = own
+    else:  # vLLM's proposer shares the target's embedding
+        embedding.data = rows.rows
         shared.append("model.embed_tokens.weight")
+        same_rows = True
     unloaded = [
         name
         for name, p in draft.named_parameters()
-        if (p.isnan().any() if p.is_floating_point() else (p < 0).all())
+        if p is not embedding
+        and (p.isnan().any() if p.is_floating_point() else (p < 0).all())
     ]
     return {
         "tensors": sorted(names),
         "shared_from_verifier": shared,
         "parameters_not_loaded": unloaded,
+        "embedding_rows_equal_ours": same_rows,
     }
 
 
-def one_step(draft, config, ours, source, tokens: int) -> dict:  # type: ignore[no-untyped-def]
-    """One draft step over a prompt: vLLM's draft against our DraftRunner, both
-    fed the aux states of ``source`` (:func:`aux_source`)."""
+def vllm_step(draft, config, rows: PromptRows, aux):  # type: ignore[no-untyped-def]
+    """vLLM's draft step over the prompt: its ``combine_hidden_states``,
+    ``forward`` and ``compute_logits`` (float32 logits over the target vocabulary)."""
     import torch
     from vllm.config import set_current_vllm_config
 
-    from speculators_kimi.evaluate import DraftRunner
-
-    gen = torch.Generator().manual_seed(0)
-    vocab = source.vocab_size
-    prompt = torch.randint(0, vocab, (tokens,), generator=gen).tolist()
-    aux = source.states(prompt)
-    ids = torch.tensor(prompt[1:])
+    ids = rows.local_ids[1:]
     with torch.no_grad(), set_current_vllm_config(config):
         states = draft.combine_hidden_states(aux[:-1])
         # vLLM runs the pair (x[j+1], g[j]) at the target's position j.
-        hidden, _ = draft(ids, torch.arange(len(prompt) - 1), states)
-        theirs = draft.compute_logits(hidden).float()
-    runner = DraftRunner(ours, "cpu")
-    _, logits = runner.step(ids, runner.project(aux[:-1]), 1)
+        hidden, _ = draft(ids, torch.arange(len(rows.prompt) - 1), states)
+        return draft.compute_logits(hidden).float()
+
+
+def compare_step(ours, rows: PromptRows, aux, theirs, vocab: int) -> dict:  # type: ignore[no-untyped-def]
+    """Our ``DraftRunner`` over the same inputs (upcast to float32 now, with its
+    exact buffers kept), against vLLM's logits ``theirs``."""
+    import torch
+
+    from speculators_kimi.evaluate import DraftRunner
+    from speculators_kimi.evaluate.session import cast_draft
+
+    runner = DraftRunner(cast_draft(ours, torch.float32), "cpu")
+    _, logits = runner.step(rows.local_ids[1:], runner.project(aux[:-1]), 1)
     mine = logits.new_full((logits.shape[0], vocab), float("-inf"))
     mine[:, runner.draft_to_target] = logits
     finite = torch.isfinite(mine)
     diff = float((theirs[finite] - mine[finite]).abs().max())
     scale = float(mine[finite].abs().max())
     return {
-        "tokens": len(prompt) - 1,
+        "tokens": len(rows.prompt) - 1,
         "max_abs_logit_diff": diff,
         "max_abs_logit": scale,
         "max_rel_logit_diff": diff / scale if scale else diff,
         "same_masked_tokens": bool(torch.equal(finite, torch.isfinite(theirs))),
         "same_argmax": bool(torch.equal(theirs.argmax(-1), mine.argmax(-1))),
     }
+
+
+def check_draft(build, args, ours, source, rows: PromptRows) -> dict:  # type: ignore[no-untyped-def]
+    """vLLM's draft from ``build()`` (``(draft, config, report)``) loaded and
+    stepped, then released before ours is upcast and stepped on the same inputs:
+    the two float32 drafts are never resident together (4.8 GB each at
+    Kimi-K2.5 size)."""
+    import gc
+
+    draft, config, report = build()
+    report.update(load_and_check(draft, config, args.export, rows))
+    aux = source.states(rows.prompt)
+    theirs = vllm_step(draft, config, rows, aux)
+    # vLLM's config holds its layers (the static forward context): drop both.
+    del draft, config
+    gc.collect()
+    report["one_step"] = compare_step(ours, rows, aux, theirs, source.vocab_size)
+    return report

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .draft import aux_source, load_and_check, load_ours, one_step
+from .draft import PromptRows, aux_source, check_draft, load_ours
 from .env import VLLM_VERSION
 from .stubs import MLA_STUB, init_single_process, stub_mla_attention
 
@@ -146,28 +146,32 @@ def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
 
     ours = load_ours(args)
     source = aux_source(args, ours.target_layer_ids)
+    rows = PromptRows(ours, source.vocab_size, args.tokens)
     report["aux_states"] = type(source).__name__
     stub_mla_attention()
     report["stubbed"] = MLA_STUB
     torch.set_default_dtype(torch.float32)
-    config = VllmConfig(
-        model_config=target,
-        speculative_config=spec,
-        device_config=DeviceConfig(device="cpu"),
-        # custom_ops none: vLLM's own switch to each op's forward_native (the
-        # compiled vllm._C kernels are absent here), as in the speculators path.
-        compilation_config=CompilationConfig(
-            mode=CompilationMode.NONE, custom_ops=["none"]
-        ),
-    )
-    with set_current_vllm_config(config):
-        init_single_process()
-        cls, arch = ModelRegistry.resolve_model_cls(
-            draft_config.architectures, model_config=draft_config
+
+    def build():  # type: ignore[no-untyped-def]
+        config = VllmConfig(
+            model_config=target,
+            speculative_config=spec,
+            device_config=DeviceConfig(device="cpu"),
+            # custom_ops none: vLLM's own switch to each op's forward_native (the
+            # compiled vllm._C kernels are absent here), as in the speculators
+            # path.
+            compilation_config=CompilationConfig(
+                mode=CompilationMode.NONE, custom_ops=["none"]
+            ),
         )
-        draft = cls(vllm_config=config)
-    report["draft_class"] = arch
-    report["draft_module"] = f"{cls.__module__}.{cls.__qualname__}"
-    report.update(load_and_check(draft, config, args.export, ours))
-    report["one_step"] = one_step(draft, config, ours, source, args.tokens)
+        with set_current_vllm_config(config):
+            init_single_process()
+            cls, arch = ModelRegistry.resolve_model_cls(
+                draft_config.architectures, model_config=draft_config
+            )
+            draft = cls(vllm_config=config)
+        module = f"{cls.__module__}.{cls.__qualname__}"
+        return draft, config, {"draft_class": arch, "draft_module": module}
+
+    report.update(check_draft(build, args, ours, source, rows))
     return report

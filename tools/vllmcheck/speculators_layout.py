@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .draft import aux_source, build_draft, load_and_check, load_ours, one_step
+from .draft import PromptRows, aux_source, build_draft, check_draft, load_ours
 from .env import VLLM_VERSION
 from .stubs import stub_attention
 
@@ -47,16 +47,17 @@ def check_speculators_layout(args: argparse.Namespace) -> dict:
 
     ours = load_ours(args)
     source = aux_source(args, ours.target_layer_ids)
+    rows = PromptRows(ours, source.vocab_size, args.tokens)
     report["aux_states"] = type(source).__name__
     stub_attention()
     report["stubbed"] = "vllm.model_executor.models.llama.Attention -> causal SDPA"
     torch.set_default_dtype(torch.float32)
-    draft, arch, config = build_draft(
-        hf_config,
-        source.num_hidden_layers,
-        source.vocab_size,
-    )
-    report["draft_class"] = arch
-    report.update(load_and_check(draft, config, args.export, ours))
-    report["one_step"] = one_step(draft, config, ours, source, args.tokens)
+
+    def build():  # type: ignore[no-untyped-def]
+        draft, arch, config = build_draft(
+            hf_config, source.num_hidden_layers, source.vocab_size
+        )
+        return draft, config, {"draft_class": arch}
+
+    report.update(check_draft(build, args, ours, source, rows))
     return report
