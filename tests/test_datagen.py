@@ -32,6 +32,7 @@ from speculators_kimi.datagen import (
     generate_hidden_states,
     plan_batches,
 )
+from speculators_kimi.datagen.ranks import Ranks
 from speculators_kimi.tiny_verifier import (
     DECODER_PREFIX,
     TEXT_PREFIX,
@@ -286,6 +287,42 @@ def test_cli_output_is_upstream_format_and_resume_is_byte_identical(llama, tmp_p
     # bytes differ between runs.
     assert set(meta) == {PROVENANCE_KEY}
     assert json.loads(meta[PROVENANCE_KEY])["target_layer_ids"] == n_layers
+
+    # Data-parallel under torchrun (2 gloo ranks on CPU), resuming a directory
+    # where files of both ranks' shares are missing: the same bytes, one bar.
+    dp = tmp_path / "dp"
+    shutil.copytree(ref_dir, dp)
+    for name in names[::2]:
+        (dp / name).unlink()
+    logs = tmp_path / "logs"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node"]
+    torchrun += ["2", "--log-dir", str(logs), "--redirects", "3"]
+    cmd_dp = [*torchrun, "-m", "speculators_kimi.datagen", "--verifier"]
+    cmd_dp += [str(verifier), "--data-path", str(data), "--output-dir", str(dp)]
+    cmd_dp += ["--batch-size", "4"]
+    run(cmd_dp, timeout=600)
+    assert _snapshot(dp) == ref
+    out = {int(f.parent.name): f.read_text() for f in logs.rglob("stdout.log")}
+    err = {int(f.parent.name): f.read_text() for f in logs.rglob("stderr.log")}
+    assert "12 written by 2 ranks, 12 already complete" in out[0]
+    assert out[1] == ""
+    assert "24/24" in err[0]
+    assert "hidden states" not in err[1]
+
+
+@pytest.mark.parametrize(
+    ("world", "count", "shares", "steps"),
+    [
+        (1, 5, [[0, 1, 2, 3, 4]], 5),
+        (2, 5, [[0, 2, 4], [1, 3]], 3),
+        (3, 2, [[0], [1], []], 1),
+    ],
+)
+def test_ranks_take_disjoint_shares_in_lockstep(world, count, shares, steps):
+    got = [Ranks(rank=r, world_size=world).share(range(count)) for r in range(world)]
+    assert got == shares
+    assert Ranks(rank=0, world_size=world).steps(count) == steps
+    assert sorted(i for share in got for i in share) == list(range(count))
 
 
 def test_context_length_error_names_the_sample(llama, tmp_path):

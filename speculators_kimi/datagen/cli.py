@@ -101,8 +101,11 @@ def run(args: argparse.Namespace) -> int:
         if res.other_verifier
         else ""
     )
-    print(
-        f"hidden states: {res.output_dir} ({res.written} written{others}, "
-        f"{res.skipped} already complete); target layer ids {res.target_layer_ids}"
-    )
+    if res.rank == 0:
+        ranks = f" by {res.world_size} ranks" if res.world_size > 1 else ""
+        print(
+            f"hidden states: {res.output_dir} ({res.written} written{ranks}{others}, "
+            f"{res.skipped} already complete); target layer ids "
+            f"{res.target_layer_ids}"
+        )
     return 0
