@@ -162,3 +162,24 @@ def test_online_training_reads_states_from_vllm_protocol(kimi, tmp_path):
     assert not (tmp_path / "no-cache").exists() or not any(
         (tmp_path / "no-cache").iterdir()
     )
+
+    # Offline, from `speculators-kimi generate-hidden-states`' files of the same
+    # rows: the same losses, the same trained draft.
+    offline = tmp_path / "offline"
+    generate_hidden_states(
+        kimi, data, output_dir=offline / "hs", device="cpu", batch_size=1,
+        progress=False,
+    )  # fmt: skip
+    argv_off = [a for a in argv if a != server.endpoint and a != "--vllm-endpoint"]
+    argv_off[argv_off.index(str(tmp_path / "no-cache"))] = str(offline / "hs")
+    argv_off[argv_off.index(str(save / "checkpoints"))] = str(offline / "checkpoints")
+    argv_off[argv_off.index(str(save / "logs"))] = str(offline / "logs")
+    argv_off[argv_off.index("generate")] = "raise"
+    proc_off = run([str(BIN / "speculators"), *argv_off], cwd=tmp_path, timeout=600)
+    assert [float(x) for x in _LOSS.findall(proc_off.stdout + proc_off.stderr)] == (
+        losses
+    )
+    online_draft = load_file(save / "checkpoints" / "0" / "model.safetensors")
+    offline_draft = load_file(offline / "checkpoints" / "0" / "model.safetensors")
+    assert online_draft.keys() == offline_draft.keys()
+    assert all(torch.equal(online_draft[k], offline_draft[k]) for k in online_draft)
