@@ -18,9 +18,11 @@ import json
 import re
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from local_server import LocalServer
 
 __all__ = ["COMMIT", "HubServer", "Request"]
 
@@ -48,7 +50,7 @@ class Request:
         return self.method == "GET" and self.range is None and self.status == 200
 
 
-class HubServer:
+class HubServer(LocalServer):
     """A threaded HTTP server on 127.0.0.1 (a free port) serving repo directories.
 
     Use as a context manager; ``endpoint`` is the value for ``HF_ENDPOINT``.
@@ -60,23 +62,11 @@ class HubServer:
         self.log: list[Request] = []
         self._lock = threading.Lock()
         self._etags: dict[Path, str] = {}
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        super().__init__(_handler(self))
 
     @property
     def endpoint(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> HubServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=10)
+        return f"http://127.0.0.1:{self.port}"
 
     def record(self, request: Request) -> None:
         with self._lock:

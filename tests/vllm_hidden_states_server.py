@@ -52,11 +52,12 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import torch
+from local_server import LocalServer
 from safetensors.torch import save_file
 
 __all__ = ["VllmHiddenStatesServer", "vllm_layer_ids"]
@@ -81,7 +82,7 @@ def vllm_layer_ids(num_hidden_layers: int) -> list[int]:
     return layer_ids
 
 
-class VllmHiddenStatesServer:
+class VllmHiddenStatesServer(LocalServer):
     """``vllm serve VERIFIER`` with ``extract_hidden_states`` and the example
     hidden-states connector, on 127.0.0.1 (a free port). A context manager;
     ``endpoint`` is the ``.../v1`` base URL.
@@ -128,23 +129,14 @@ class VllmHiddenStatesServer:
         self._executor = ThreadPoolExecutor(
             max_workers=8, thread_name_prefix="vllm-hs-save"
         )
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        super().__init__(_handler(self))
 
     @property
     def endpoint(self) -> str:
-        port = self._httpd.server_address[1]
-        return f"http://127.0.0.1:{port}/v1"
-
-    def __enter__(self) -> VllmHiddenStatesServer:
-        self._thread.start()
-        return self
+        return f"http://127.0.0.1:{self.port}/v1"
 
     def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=10)
+        super().__exit__(*exc)
         self._executor.shutdown(wait=True)
 
     # -- the model ---------------------------------------------------------------
