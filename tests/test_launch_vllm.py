@@ -25,6 +25,8 @@ from speculators.utils.target_layers import default_target_layer_ids
 from transformers import Kimi_K25Config, Qwen2_5OmniConfig
 from vllmcheck.env import default_env, ensure_env
 
+from speculators_kimi.tiny_verifier.configs import mla_text
+
 DENSE = {
     "hidden_size": 64,
     "vocab_size": 256,
@@ -33,27 +35,12 @@ DENSE = {
     "intermediate_size": 128,
     "max_position_embeddings": 512,
 }
-MLA = {
-    **DENSE,
-    "num_key_value_heads": 4,
-    "moe_intermediate_size": 32,
-    "n_routed_experts": 4,
-    "num_experts_per_tok": 2,
-    "n_group": 1,
-    "topk_group": 1,
-    "first_k_dense_replace": 1,
-    "kv_lora_rank": 16,
-    "q_lora_rank": 24,
-    "qk_rope_head_dim": 8,
-    "qk_nope_head_dim": 16,
-    "v_head_dim": 32,
-}
 
 
 def _kimi_k25(path: Path) -> Path:
     """Kimi-K2.5's layout as the Hub names it, at 61 text layers."""
     Kimi_K25Config(
-        text_config={"model_type": "kimi_k2", **MLA, "num_hidden_layers": 61},
+        text_config={"model_type": "kimi_k2", **mla_text(num_hidden_layers=61)},
         vision_config={
             "patch_size": 14,
             "hidden_size": 32,

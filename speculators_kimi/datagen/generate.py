@@ -264,6 +264,7 @@ def generate_hidden_states(
             weight_overrides=weight_overrides,
             placement=placement,
         )
+        dev = str(input_device(model))
     meta = store.file_metadata(layer_ids, result.prefix, str(verifier), fingerprint)
     bar = tqdm(
         total=len(rows),
@@ -278,7 +279,7 @@ def generate_hidden_states(
             written = 0
             batch, missing = mine[step] if step < len(mine) else ([], [])
             if missing and model is not None:
-                hs = _run_batch(model, batch, rows, layer_ids, str(input_device(model)))
+                hs = _run_batch(model, batch, rows, layer_ids, dev)
                 for row, i in enumerate(batch):
                     if i not in missing:
                         continue
