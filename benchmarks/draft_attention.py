@@ -7,12 +7,17 @@ Baselines are built exactly as upstream's EAGLE-3 model builds them:
   ``extend_mask_for_draft_tokens`` per TTT step, ``flex_attention`` compiled on CUDA.
 - ``sdpa``: the dense boolean mask of ``create_mask`` extended with
   ``extend_dense_mask_for_draft_tokens`` per step, ``scaled_dot_product_attention``.
-- ``triton``: ``speculators_kimi.kernels.draft_attention`` with ``document_bounds``.
+- ``triton``: ``speculators_kimi.kernels.draft_attention`` with ``document_layout``.
+
+Head dims are ``--dims QK/V``: ``128/128`` for the Llama-style draft, ``192/128`` for
+the MLA draft (``--draft-arch deepseek_v3``: qk_nope 128 + qk_rope 64, v 128), all
+three impls on the same inputs.
 
 Per configuration it times each TTT step (attention with ``t+1`` key blocks) and the
 whole loop (all steps, k/v growing as with the ``DynamicCache``), forward and
-forward+backward; reports useful TFLOP/s (block 0 forward ``4 Hq d sum L(L+1)/2``
-plus ``4 Hq d N`` per diagonal block, backward 2.5x), GB/s of compulsory traffic,
+forward+backward; reports useful TFLOP/s (block 0 forward
+``2 Hq (d_qk + d_v) sum L(L+1)/2`` plus ``2 Hq (d_qk + d_v) N`` per diagonal block,
+backward 2.5x), GB/s of compulsory traffic,
 peak memory and the ratio to flex. Impls run alternately; medians are reported.
 
 On CUDA: ``triton.testing.do_bench`` (CUDA events, warm-up). ``--quick`` runs tiny
@@ -21,7 +26,8 @@ interpreter, meaningless as performance, and flex backward is skipped: it has no
 CPU). Failures (OOM, unsupported) are recorded as errors, never as numbers.
 
     python benchmarks/draft_attention.py --out benchmarks/results/draft_attention.json
-    python benchmarks/draft_attention.py --n 8192 --docs 1 16 --heads 32x8 --rounds 1 \
+    python benchmarks/draft_attention.py --n 8192 --docs 1 16 --heads 64x64 \
+        --dims 128/128 192/128 --rounds 1 \
         --out /tmp/b.json          # a subset that fits a short device lease
     TRITON_INTERPRET=1 python benchmarks/draft_attention.py --quick --out /tmp/b.json
 """
@@ -48,7 +54,7 @@ if str(ROOT) not in sys.path:
 
 from bench_common import device_name  # noqa: E402  (this directory)
 
-from speculators_kimi.kernels import document_bounds, draft_attention  # noqa: E402
+from speculators_kimi.kernels import document_layout, draft_attention  # noqa: E402
 
 IMPLS = ("triton", "flex", "sdpa")
 
@@ -65,18 +71,20 @@ def doc_lengths(document_ids: torch.Tensor) -> list[int]:
 
 
 def useful_flops(
-    lengths: list[int], n: int, hq: int, d: int, blocks: int
+    lengths: list[int], n: int, hq: int, d_qk: int, d_v: int, blocks: int
 ) -> tuple[float, float]:
-    fwd = 4.0 * hq * d * sum(ln * (ln + 1) / 2 for ln in lengths)
-    fwd += 4.0 * hq * d * n * (blocks - 1)
+    """Forward and backward FLOPs of the allowed pairs: q.k (d_qk) and p.v (d_v)."""
+    pairs = sum(ln * (ln + 1) / 2 for ln in lengths) + n * (blocks - 1)
+    fwd = 2.0 * hq * (d_qk + d_v) * pairs
     return fwd, 2.5 * fwd
 
 
-def min_bytes(n: int, hq: int, hkv: int, d: int, blocks: int, elem: int):
-    q_side = hq * n * d * elem
-    kv_side = hkv * blocks * n * d * elem
-    fwd = 2 * q_side + 2 * kv_side  # read q, k, v; write o
-    bwd = 4 * q_side + 4 * kv_side  # read q, o, dO, k, v; write dq, dk, dv
+def min_bytes(n: int, hq: int, hkv: int, d_qk: int, d_v: int, blocks: int, elem: int):
+    """Compulsory traffic, forward and backward."""
+    q, o = hq * n * d_qk * elem, hq * n * d_v * elem
+    k, v = hkv * blocks * n * d_qk * elem, hkv * blocks * n * d_v * elem
+    fwd = q + k + v + o
+    bwd = 2 * (q + k + v) + 2 * o  # read q, k, v, o, dO; write dq, dk, dv
     return fwd, bwd
 
 
@@ -154,13 +162,13 @@ def build_impls(
     info: dict[str, Any] = {}
     if "triton" in impls:
         t0 = time.perf_counter()
-        bounds = document_bounds(document_ids)
+        layout = document_layout(document_ids)
         if device.type == "cuda":
             torch.cuda.synchronize()
         info["triton_mask_ms"] = (time.perf_counter() - t0) * 1e3
 
         def tri(q, k, v):
-            return draft_attention(q, k, v, document_ids, bounds=bounds)
+            return draft_attention(q, k, v, document_ids, layout=layout)
 
         out["triton"] = [tri] * steps
     if "flex" in impls:
@@ -237,7 +245,7 @@ def build_impls(
 
 def run_config(cfg: dict[str, Any], args: argparse.Namespace, device, timer):
     n, num_docs, steps = cfg["n"], cfg["docs"], cfg["steps"]
-    hq, hkv, d = cfg["hq"], cfg["hkv"], cfg["d"]
+    hq, hkv, d, dv = cfg["hq"], cfg["hkv"], cfg["d"], cfg["dv"]
     dtype = getattr(torch, cfg["dtype"])
     elem = torch.tensor([], dtype=dtype).element_size()
     document_ids = make_document_ids(n, num_docs, device)
@@ -252,13 +260,13 @@ def run_config(cfg: dict[str, Any], args: argparse.Namespace, device, timer):
 
     qs = [rnd(1, hq, n, d) for _ in range(steps)]
     ks = [rnd(1, hkv, n, d) for _ in range(steps)]
-    vs = [rnd(1, hkv, n, d) for _ in range(steps)]
-    dos = [rnd(1, hq, n, d) for _ in range(steps)]
+    vs = [rnd(1, hkv, n, dv) for _ in range(steps)]
+    dos = [rnd(1, hq, n, dv) for _ in range(steps)]
     kcat = [torch.cat(ks[: t + 1], dim=2) for t in range(steps)]
     vcat = [torch.cat(vs[: t + 1], dim=2) for t in range(steps)]
 
     records: list[dict[str, Any]] = []
-    base = {k: cfg[k] for k in ("n", "docs", "steps", "hq", "hkv", "d", "dtype")}
+    base = {k: cfg[k] for k in ("n", "docs", "steps", "hq", "hkv", "d", "dv", "dtype")}
 
     def bench(impl: str, kind: str, step: int | None, fn: Callable[[], Any]):
         rec: dict[str, Any] = dict(base, impl=impl, kind=kind, step=step)
@@ -337,8 +345,8 @@ def run_config(cfg: dict[str, Any], args: argparse.Namespace, device, timer):
             rec["ms"] = statistics.median(r["ms"] for r in ok)
             rec["ms_all"] = [r["ms"] for r in ok]
             step_range = range(steps) if t is None else [t]
-            fl = [useful_flops(lengths, n, hq, d, s + 1) for s in step_range]
-            by = [min_bytes(n, hq, hkv, d, s + 1, elem) for s in step_range]
+            fl = [useful_flops(lengths, n, hq, d, dv, s + 1) for s in step_range]
+            by = [min_bytes(n, hq, hkv, d, dv, s + 1, elem) for s in step_range]
             flops = sum(f[0] for f in fl)
             nbytes = sum(b[0] for b in by)
             if "bwd" in label:
@@ -373,14 +381,17 @@ def run_config(cfg: dict[str, Any], args: argparse.Namespace, device, timer):
 
 
 def configs(args: argparse.Namespace) -> list[dict[str, Any]]:
-    base = {"steps": args.steps, "d": 128, "dtype": args.dtype}
+    base = {"steps": args.steps, "dtype": args.dtype}
     if args.quick:
-        # N a multiple of 128: upstream's flex mask extension needs it
-        return [{"n": 128, "docs": 2, "steps": 2, "hq": 2, "hkv": 1, "d": 16,
-                 "dtype": args.dtype}]  # fmt: skip
+        # N a multiple of 128: upstream's flex mask extension needs it; the second
+        # is MLA-shaped (q/k 24 = 16 + 8, v 16)
+        tiny = {"n": 128, "docs": 2, "steps": 2, "hq": 2, "hkv": 1}
+        return [{**base, **tiny, "d": d, "dv": dv} for d, dv in ((16, 16), (24, 16))]
     heads = [tuple(int(x) for x in h.split("x")) for h in args.heads]
+    dims = [tuple(int(x) for x in d.split("/")) for d in args.dims]
     return [
-        {**base, "n": n, "docs": docs, "hq": hq, "hkv": hkv}
+        {**base, "n": n, "docs": docs, "hq": hq, "hkv": hkv, "d": d, "dv": dv}
+        for d, dv in dims
         for hq, hkv in heads
         for n in args.n
         for docs in args.docs
@@ -394,6 +405,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docs", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument(
         "--heads", nargs="+", default=["32x8", "64x64"], help="Hq x Hkv, e.g. 32x8"
+    )
+    p.add_argument(
+        "--dims",
+        nargs="+",
+        default=["128/128", "192/128"],
+        help="q/k and v head dims: 128/128 Llama-style, 192/128 MLA",
     )
     p.add_argument("--steps", type=int, default=7)
     p.add_argument("--dtype", default=None, help="default bf16 (fp32 with --quick)")

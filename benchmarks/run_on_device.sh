@@ -38,12 +38,16 @@ if [ -d .device-wheels ]; then
         >"$OUT/pip.log" 2>&1 || echo "wheel install failed: see pip.log"
 fi
 
-step kernel-tests-cuda 200 env SPECULATORS_KIMI_KERNEL_DEVICE=cuda \
+step kernel-tests-cuda 150 env SPECULATORS_KIMI_KERNEL_DEVICE=cuda \
     python3 -m pytest -q -p no:cacheprovider tests/kernels/test_draft_attention.py \
     --junitxml "$OUT/kernel-tests-cuda.xml"
-step draft-attention 200 python3 benchmarks/draft_attention.py \
-    --n 8192 16384 --docs 1 16 --heads 32x8 64x64 --steps 7 --rounds 1 \
-    --out "$OUT/draft_attention.json"
+step draft-attention 150 python3 benchmarks/draft_attention.py \
+    --n 8192 16384 --docs 1 16 --heads 32x8 64x64 --dims 128/128 --steps 7 \
+    --rounds 1 --out "$OUT/draft_attention.json"
+# the MLA draft (Kimi-K2.5: 64 heads, q/k 192, v 128), same inputs for all impls
+step draft-attention-mla 100 python3 benchmarks/draft_attention.py \
+    --n 8192 --docs 1 16 --heads 64x64 --dims 192/128 --steps 7 --rounds 1 \
+    --out "$OUT/draft_attention_mla.json"
 step draft-train-step 120 python3 benchmarks/draft_train_step.py --rounds 2 \
     --out "$OUT/draft_train_step.json"
 exit "$failed"

@@ -3,17 +3,23 @@
 Importing this package does not import Triton; the kernels are decorated with
 ``triton.jit`` at their first launch, so ``TRITON_INTERPRET=1`` may be set any time
 before the first call.
+
+Modules: ``jit`` (JIT, interpreter and launch set-up), ``configs`` (tile sizes),
+``tiles`` (the ``triton.jit`` helpers), ``forward`` and ``backward`` (the kernels
+and their launchers), ``autograd`` (``draft_attention``), ``reference`` (the dense
+oracle and the document layout), ``backend`` (``--draft-attn-impl triton``),
+``cross_compile`` (static sm_90 build report).
 """
 
 from .autograd import draft_attention
 from .reference import (
-    document_bounds,
+    document_layout,
     draft_attention_mask,
     draft_attention_reference,
 )
 
 __all__ = [
-    "document_bounds",
+    "document_layout",
     "draft_attention",
     "draft_attention_mask",
     "draft_attention_reference",

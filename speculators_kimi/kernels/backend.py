@@ -3,8 +3,9 @@
 Registered with upstream's draft attention backend registry through the
 ``speculators.attention_backends`` entry point group (see ``setup.py``), so
 ``--draft-attn-impl triton`` selects it. Unlike the built-in backends it never
-materializes a mask: its "mask" is the packed sequence's document ids, their
-per-token document bounds and the sliding window, computed once per batch. The TTT
+materializes a mask: its "mask" is the packed sequence's document layout (ids and
+per-token document bounds, ``document_layout``) and the sliding window, computed
+once per batch. The TTT
 step needs no mask extension, since the kernels read it off the key length
 (``k`` holds steps ``0..t`` concatenated, as the draft model's ``DynamicCache``
 does).
@@ -15,7 +16,6 @@ the first mask build / attention call.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +30,13 @@ class TritonDraftMask:
     """What the ``triton`` kernels need to mask one packed sequence.
 
     :param document_ids: ``[N]`` int document id per position, ``-1`` for padding.
-    :param bounds: ``document_bounds(document_ids)``, computed once per batch.
+    :param layout: ``document_layout(document_ids)``, computed once per batch.
     :param sliding_window: Sliding window size in tokens, or ``None`` for full
         attention.
     """
 
     document_ids: torch.Tensor
-    bounds: tuple[torch.Tensor, torch.Tensor]
+    layout: torch.Tensor
     sliding_window: int | None
 
 
@@ -53,14 +53,16 @@ def triton_attention_forward(
     """Transformers-style attention function backed by ``draft_attention``.
 
     :param module: The attention module (unused).
-    :param query: ``[B, Hq, N, d]`` queries of the current TTT step.
-    :param key: ``[B, Hkv, (t+1)N, d]`` keys of steps ``0..t``.
-    :param value: ``[B, Hkv, (t+1)N, d]`` values, same layout.
+    :param query: ``[B, Hq, N, d_qk]`` queries of the current TTT step.
+    :param key: ``[B, Hkv, (t+1)N, d_qk]`` keys of steps ``0..t``.
+    :param value: ``[B, Hkv, (t+1)N, d_v]`` values, same layout (``d_v != d_qk``
+        for multi-head latent attention drafts, ``--draft-arch deepseek_v3``).
     :param attention_mask: The :class:`TritonDraftMask` built by
         :meth:`TritonBackend.build_mask`.
-    :param scaling: Softmax scale; ``1/sqrt(d)`` when ``None``.
+    :param scaling: Softmax scale (an MLA layer's includes YaRN's ``mscale``);
+        ``1/sqrt(d_qk)`` when ``None``.
     :param dropout: Attention dropout; must be 0 (the kernels have none).
-    :returns: ``([B, N, Hq, d] attention output, None)``.
+    :returns: ``([B, N, Hq, d_v] attention output, None)``.
     """
     del module
     if not isinstance(attention_mask, TritonDraftMask):
@@ -72,14 +74,16 @@ def triton_attention_forward(
         raise ValueError(
             f"The 'triton' draft attention backend has no dropout (got {dropout})."
         )
-    if value.shape[-1] != query.shape[-1]:
-        raise ValueError(
-            "The 'triton' draft attention backend needs one head dim for queries, "
-            f"keys and values; this draft's q/k heads are {query.shape[-1]} wide and "
-            f"its v heads {value.shape[-1]} (multi-head latent attention, "
-            "--draft-arch deepseek_v3). Train it with --draft-attn-impl "
-            "simple_flex_attention (GPU) or sdpa."
-        )
+    from speculators_kimi.kernels.autograd import MAX_HEAD_DIM
+
+    for name, dim in (("q/k", query.shape[-1]), ("v", value.shape[-1])):
+        if dim > MAX_HEAD_DIM:
+            raise ValueError(
+                f"The 'triton' draft attention backend takes heads up to "
+                f"{MAX_HEAD_DIM} wide; this draft's {name} heads are {dim} wide. "
+                "Train it with --draft-attn-impl sdpa (or simple_flex_attention on "
+                "a GPU)."
+            )
     from speculators_kimi.kernels import draft_attention
 
     out = draft_attention(
@@ -89,7 +93,7 @@ def triton_attention_forward(
         attention_mask.document_ids,
         scale=scaling,
         sliding_window=attention_mask.sliding_window,
-        bounds=attention_mask.bounds,
+        layout=attention_mask.layout,
     )
     return out.transpose(1, 2).contiguous(), None
 
@@ -107,10 +111,12 @@ class TritonBackend(DraftAttentionBackend):
         :param device: The device the draft model trains on.
         :returns: Whether the kernels can run there.
         """
+        from speculators.train.device import triton_interpreter_enabled
+
         device_type = torch.device(device).type
         if device_type == "cuda":
             return True
-        return device_type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+        return device_type == "cpu" and triton_interpreter_enabled()
 
     def build_mask(
         self,
@@ -128,14 +134,14 @@ class TritonBackend(DraftAttentionBackend):
         :param sliding_window: Optional sliding window size, in tokens.
         :returns: The mask for every TTT step.
         """
-        from speculators_kimi.kernels import document_bounds
+        from speculators_kimi.kernels import document_layout
 
         if document_ids.shape != (seq_len,):
             raise ValueError(
                 f"document_ids must be [{seq_len}], got {tuple(document_ids.shape)}"
             )
         doc = document_ids.to(device=device, dtype=torch.int32).contiguous()
-        return TritonDraftMask(doc, document_bounds(doc), sliding_window)
+        return TritonDraftMask(doc, document_layout(doc), sliding_window)
 
     def extend_mask(self, mask: TritonDraftMask, seq_len: int) -> TritonDraftMask:
         """No-op: the kernels take the TTT step count from the key length.

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .forward import RecordedLaunch, recording_launches
+from .jit import RecordedLaunch, recording_launches
 
 __all__ = [
     "SHARED_MEMORY_LIMIT",
@@ -59,7 +59,8 @@ _LAUNCH_OPTIONS = ("num_warps", "num_stages")
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One attention call: shapes, dtype, window and TTT step count."""
+    """One attention call: shapes, dtype, window and TTT step count. ``head_dim``
+    is the q/k head dim; ``v_head_dim`` defaults to it (MLA: 192 and 128)."""
 
     head_dim: int
     dtype: torch.dtype
@@ -68,12 +69,18 @@ class Case:
     n: int = 8192
     ttt_steps: int = 3
     window: int | None = None
+    v_head_dim: int | None = None
+
+    @property
+    def d_v(self) -> int:
+        return self.head_dim if self.v_head_dim is None else self.v_head_dim
 
     @property
     def name(self) -> str:
         window = f"-w{self.window}" if self.window is not None else ""
         dtype = str(self.dtype).removeprefix("torch.")
-        return f"{dtype}-d{self.head_dim}-h{self.q_heads}x{self.kv_heads}{window}"
+        v = f"v{self.d_v}" if self.d_v != self.head_dim else ""
+        return f"{dtype}-d{self.head_dim}{v}-h{self.q_heads}x{self.kv_heads}{window}"
 
 
 @dataclasses.dataclass
@@ -82,6 +89,7 @@ class KernelBuild:
 
     case: str
     kernel: str
+    dtype: str
     constexprs: dict[str, Any]
     num_warps: int
     num_stages: int
@@ -93,14 +101,26 @@ class KernelBuild:
     compile_s: float
 
     def problems(self, arch: int) -> list[str]:
-        """Reasons this kernel cannot launch on ``arch`` (empty: it can)."""
+        """Reasons this kernel cannot launch on ``arch``, or (16-bit inputs, what
+        training runs) would spill registers to local memory; empty: neither.
+        fp32 builds are IEEE-matmul correctness runs: their spills are reported,
+        not refused."""
+        found = []
         limit = SHARED_MEMORY_LIMIT.get(arch)
         if limit is not None and self.shared_bytes > limit:
-            return [
+            found.append(
                 f"{self.case} {self.kernel}: {self.shared_bytes} bytes of shared "
                 f"memory, sm_{arch} allows {limit}"
-            ]
-        return []
+            )
+        if self.dtype != "float32" and (
+            self.spill_store_bytes or self.spill_load_bytes
+        ):
+            found.append(
+                f"{self.case} {self.kernel}: spills {self.spill_store_bytes} bytes "
+                f"stored, {self.spill_load_bytes} loaded per thread "
+                f"({self.registers} registers at {self.num_warps} warps)"
+            )
+        return found
 
 
 @contextmanager
@@ -130,14 +150,12 @@ def record_case(case: Case) -> list[RecordedLaunch]:
 
     q = tensor(1, case.q_heads, case.n, case.head_dim)
     k = tensor(1, case.kv_heads, kv_len, case.head_dim)
-    v = tensor(1, case.kv_heads, kv_len, case.head_dim)
-    doc = tensor(1, case.n, dtype=torch.int32)
-    starts = tensor(1, case.n, dtype=torch.int32)
-    ends = tensor(1, case.n, dtype=torch.int32)
+    v = tensor(1, case.kv_heads, kv_len, case.d_v)
+    layout = tensor(5, case.n, dtype=torch.int32)
     scale = case.head_dim**-0.5
     with _compiled_mode(), recording_launches() as launches:
-        o, lse = run_forward(q, k, v, doc, starts, scale, case.window)
-        run_backward(q, q, k, v, o, lse, doc, starts, ends, scale, case.window)
+        o, lse = run_forward(q, k, v, layout, scale, case.window)
+        run_backward(o, q, k, v, o, lse, layout, scale, case.window)
     return list(launches)
 
 
@@ -187,8 +205,14 @@ def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
     }
 
 
-def compile_launch(launch: RecordedLaunch, arch: int, case: str = "") -> KernelBuild:
-    """Compile one recorded launch for ``sm_<arch>`` and report its resources."""
+def compile_launch(
+    launch: RecordedLaunch,
+    arch: int,
+    case: str = "",
+    dtype: torch.dtype = torch.bfloat16,
+) -> KernelBuild:
+    """Compile one recorded launch (of inputs in ``dtype``) for ``sm_<arch>`` and
+    report its resources."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -236,6 +260,7 @@ def compile_launch(launch: RecordedLaunch, arch: int, case: str = "") -> KernelB
     return KernelBuild(
         case=case,
         kernel=launch.fn.__name__.strip("_"),
+        dtype=str(dtype).removeprefix("torch."),
         constexprs={key: str(value) for key, value in constexprs.items()},
         num_warps=int(compiled.metadata.num_warps),
         num_stages=int(compiled.metadata.num_stages),
@@ -247,17 +272,21 @@ def compile_launch(launch: RecordedLaunch, arch: int, case: str = "") -> KernelB
 
 def build_case(case: Case, arch: int = 90) -> list[KernelBuild]:
     """Compile every kernel one forward + backward call of ``case`` launches."""
-    return [compile_launch(launch, arch, case.name) for launch in record_case(case)]
+    return [
+        compile_launch(launch, arch, case.name, case.dtype)
+        for launch in record_case(case)
+    ]
 
 
 DEFAULT_CASES: tuple[Case, ...] = tuple(
-    Case(head_dim=d, dtype=dtype, q_heads=hq, kv_heads=hkv, window=window)
-    for d, hq, hkv, window in (
-        (128, 64, 64, None),  # Kimi-K2.5's draft geometry
-        (128, 32, 8, None),  # Llama-style GQA
-        (128, 32, 8, 2048),
-        (64, 32, 8, None),
-        (256, 16, 8, None),
+    Case(d, dtype, q_heads=hq, kv_heads=hkv, window=window, v_head_dim=d_v)
+    for d, d_v, hq, hkv, window in (
+        (128, None, 64, 64, None),  # Kimi-K2.5's Llama-style draft
+        (192, 128, 64, 64, None),  # Kimi-K2.5's MLA draft (nope 128 + rope 64)
+        (128, None, 32, 8, None),  # Llama-style GQA
+        (128, None, 32, 8, 2048),
+        (64, None, 32, 8, None),
+        (256, None, 16, 8, None),
     )
     for dtype in (torch.bfloat16, torch.float16, torch.float32)
 )

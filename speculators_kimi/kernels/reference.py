@@ -16,16 +16,18 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["document_bounds", "draft_attention_mask", "draft_attention_reference"]
+__all__ = ["document_layout", "draft_attention_mask", "draft_attention_reference"]
 
 
-def document_bounds(document_ids: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-token ``[start, end)`` of its document, int32 ``[N]`` each.
+def document_layout(document_ids: Tensor) -> Tensor:
+    """What the kernels know of a packed sequence: int32 ``[5, N]``.
 
-    ``start`` is the first and ``end - 1`` the last position holding the token's
-    document id (for the usual contiguous packing: the document's span). Padding
-    tokens (id -1) get ``[i, i + 1)``. Compute once per batch and pass to
-    ``draft_attention(..., bounds=...)`` to reuse across layers and TTT steps.
+    Rows: the document id; the document's start and end (first and one past the
+    last position holding the id: the span its tokens may look back over); the
+    start and end of the token's contiguous run of that id (the span where every
+    pair is in one document). Padding tokens (id -1) get ``[i, i + 1)`` for both.
+    Compute once per batch and pass to ``draft_attention(..., layout=...)`` to
+    reuse it across layers and TTT steps.
     """
     if document_ids.dim() != 1:
         raise ValueError(
@@ -35,8 +37,7 @@ def document_bounds(document_ids: Tensor) -> tuple[Tensor, Tensor]:
     n = ids.numel()
     pos = torch.arange(n, device=ids.device, dtype=torch.long)
     if n == 0:
-        empty = torch.empty(0, dtype=torch.int32, device=ids.device)
-        return empty, empty
+        return torch.empty(5, 0, dtype=torch.int32, device=ids.device)
     _, inverse = torch.unique(ids, return_inverse=True)
     num = int(inverse.max().item()) + 1
     first = torch.full((num,), n, dtype=torch.long, device=ids.device)
@@ -44,9 +45,22 @@ def document_bounds(document_ids: Tensor) -> tuple[Tensor, Tensor]:
     first = first.scatter_reduce(0, inverse, pos, reduce="amin")
     last = last.scatter_reduce(0, inverse, pos, reduce="amax")
     pad = ids == -1
-    starts = torch.where(pad, pos, first[inverse])
-    ends = torch.where(pad, pos + 1, last[inverse] + 1)
-    return starts.to(torch.int32), ends.to(torch.int32)
+    new_run = torch.ones_like(pad)
+    new_run[1:] = (ids[1:] != ids[:-1]) | pad[1:]
+    run_start = torch.where(new_run, pos, 0).cummax(0).values
+    ends_run = torch.ones_like(pad)
+    ends_run[:-1] = new_run[1:]
+    run_end = torch.where(ends_run, pos + 1, n).flip(0).cummin(0).values.flip(0)
+    layout = torch.stack(
+        (
+            ids,
+            torch.where(pad, pos, first[inverse]),
+            torch.where(pad, pos + 1, last[inverse] + 1),
+            run_start,
+            run_end,
+        )
+    )
+    return layout.to(torch.int32)
 
 
 def draft_attention_mask(
@@ -74,7 +88,9 @@ def draft_attention_reference(
     scale: float | None = None,
     sliding_window: int | None = None,
 ) -> Tensor:
-    """Dense reference: ``q [B,Hq,N,d]``, ``k, v [B,Hkv,(t+1)N,d]`` -> ``[B,Hq,N,d]``.
+    """Dense reference: ``q [B,Hq,N,d_qk]``, ``k [B,Hkv,(t+1)N,d_qk]``,
+    ``v [B,Hkv,(t+1)N,d_v]`` -> ``[B,Hq,N,d_v]``; ``scale`` defaults to
+    ``1/sqrt(d_qk)``.
 
     Computes in the inputs' dtype (use fp64 for an oracle); differentiable.
     """

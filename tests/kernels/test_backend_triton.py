@@ -105,11 +105,11 @@ def _tiny_eagle3(attn_impl: str):
     )
 
 
-def _train_step(attn_impl: str) -> dict[str, torch.Tensor]:
+def _train_step(build, attn_impl: str) -> dict[str, torch.Tensor]:
     """Loss and every parameter gradient of one step over ``TTT_STEPS`` steps."""
     from speculators.losses import resolve_loss_config
 
-    model = _tiny_eagle3(attn_impl)
+    model = build(attn_impl)
     gen = torch.Generator().manual_seed(1)
     document_ids = _document_ids().unsqueeze(0)
     _, loss, _ = model(
@@ -132,8 +132,8 @@ def _train_step(attn_impl: str) -> dict[str, torch.Tensor]:
 
 
 def test_eagle3_train_step_matches_sdpa(triton_backend):
-    want = _train_step("sdpa")
-    got = _train_step("triton")
+    want = _train_step(_tiny_eagle3, "sdpa")
+    got = _train_step(_tiny_eagle3, "triton")
     assert got.keys() == want.keys()
     # fc, both layers' attention and MLP weights, norms: every trainable parameter.
     assert len(got) > 20
@@ -171,16 +171,71 @@ def test_custom_mask_mods_are_refused(triton_backend):
         triton_backend.mask_from_mod(lambda b, h, q, kv: q >= kv, 4, 4, "cpu")
 
 
-def test_mla_head_dims_are_refused_with_the_fix():
-    """MLA drafts (q/k heads wider than v heads) name the backends that train them."""
+def _tiny_mla_eagle3(attn_impl: str):
+    """An MLA draft (``--draft-arch deepseek_v3``): q/k heads 24 wide (nope 16 +
+    rope 8), v heads 16, YaRN rope whose ``mscale`` changes the softmax scale."""
+    from transformers import DeepseekV3Config
+
+    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
+
+    layer_config = DeepseekV3Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        q_lora_rank=None,
+        kv_lora_rank=16,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        max_position_embeddings=256,
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+    )
+    layer_config._attn_implementation = attn_impl
+    return build_eagle3_draft(
+        layer_config,
+        draft_vocab_size=VOCAB,
+        ttt_steps=TTT_STEPS,
+        verifier_architecture="DeepseekV3ForCausalLM",
+        std=0.5,
+    )
+
+
+def test_mla_draft_train_step_matches_sdpa(triton_backend):
+    """Loss and every gradient of an MLA draft over 3 TTT steps, ``triton`` vs
+    ``sdpa``: the kernels take q/k heads wider than v heads and the layer's
+    YaRN-scaled softmax scale."""
+    want = _train_step(_tiny_mla_eagle3, "sdpa")
+    got = _train_step(_tiny_mla_eagle3, "triton")
+    attention = _tiny_mla_eagle3("sdpa").layers[0].self_attn
+    assert attention.qk_head_dim == 24 and attention.v_head_dim == 16
+    assert attention.scaling != pytest.approx(24**-0.5)  # mscale applied
+    assert got.keys() == want.keys()
+    assert any("kv_b_proj" in name for name in got)
+    torch.testing.assert_close(got.pop("loss"), want.pop("loss"), **LOSS_TOL)
+    for name, grad in got.items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(grad, want[name], **GRAD_TOL, msg=name)
+
+
+def test_heads_wider_than_the_kernels_are_refused_with_the_fix():
+    """The one shape the kernels cannot hold: a head wider than 256."""
     from speculators_kimi.kernels.backend import TritonBackend, triton_attention_forward
 
     n = 8
     mask = TritonBackend().build_mask(torch.zeros(n, dtype=torch.long), n, "cpu")
-    q = torch.randn(1, 2, n, 24)  # qk_nope 16 + qk_rope 8
-    v = torch.randn(1, 2, n, 16)  # v_head_dim
-    with pytest.raises(ValueError, match="--draft-attn-impl") as err:
+    q = torch.randn(1, 2, n, 320)
+    v = torch.randn(1, 2, n, 128)
+    with pytest.raises(ValueError, match="--draft-attn-impl sdpa") as err:
         triton_attention_forward(torch.nn.Module(), q, q, v, mask)
-    assert "deepseek_v3" in str(err.value)
-    assert "24" in str(err.value)
-    assert "16" in str(err.value)
+    assert "q/k heads are 320 wide" in str(err.value)

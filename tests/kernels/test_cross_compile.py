@@ -8,6 +8,7 @@ not build, needs more shared memory than sm_90 has, or spills registers at the
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -19,13 +20,13 @@ import torch
 
 pytest.importorskip("triton.backends.nvidia.compiler")
 
+from speculators_kimi.kernels.configs import pick_blocks
 from speculators_kimi.kernels.cross_compile import (
     SHARED_MEMORY_LIMIT,
     Case,
     KernelBuild,
     record_case,
 )
-from speculators_kimi.kernels.forward import pick_blocks
 
 KIMI = Case(head_dim=128, dtype=torch.bfloat16, q_heads=64, kv_heads=64, n=8192)
 
@@ -37,7 +38,7 @@ def test_records_the_launches_of_forward_and_backward():
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TRITON_INTERPRET", "0")
         configs = {
-            kernel: pick_blocks(128, torch.bfloat16, kernel)
+            kernel: pick_blocks(128, 128, torch.bfloat16, kernel)
             for kernel in ("fwd", "dq", "dkv0", "diag")
         }
     fwd, dq, dkv0, diag = launches
@@ -52,8 +53,14 @@ def test_records_the_launches_of_forward_and_backward():
     assert fwd.args[names.index("NUM_BLOCKS")] == 4  # block 0 + 3 TTT steps
 
 
-# Kimi-K2.5's draft geometry, a GQA one with a window, and head dim 64 and 256.
-CASES = ["bfloat16-d128-h64x64", "float16-d128-h32x8-w2048", "bfloat16-d64-h32x8"]
+# Kimi-K2.5's two draft geometries (Llama-style; MLA: q/k 192, v 128), a GQA one
+# with a window, and head dim 64 and 256.
+CASES = [
+    "bfloat16-d128-h64x64",
+    "bfloat16-d192v128-h64x64",
+    "float16-d128-h32x8-w2048",
+    "bfloat16-d64-h32x8",
+]
 CASES_16BIT_D256 = "bfloat16-d256-h16x8"
 
 
@@ -89,14 +96,23 @@ def test_compiles_for_sm90_within_shared_memory(sm90_report, case):
         assert 0 < build["registers"] <= 255, build
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [*CASES, CASES_16BIT_D256])
 def test_no_register_spills_at_training_configs(sm90_report, case):
     """Spills would cost the kernels their speed (the old single config spilled
     kilobytes per thread at d=128)."""
     builds = [b for b in sm90_report["builds"] if b["case"] == case]
     assert len(builds) == 4, f"{case}: {len(builds)} builds, want one per kernel"
     for build in builds:
-        assert build["spill_store_bytes"] == 0, build
+        assert build["spill_store_bytes"] == build["spill_load_bytes"] == 0, build
+
+
+def test_mla_case_compiles_its_head_dims():
+    """The MLA launch carries q/k 192 (a 256 tile) and v 128 as constexprs."""
+    mla = Case(head_dim=192, dtype=torch.bfloat16, v_head_dim=128)
+    assert mla.name == "bfloat16-d192v128-h64x64"
+    fwd = record_case(mla)[0]
+    assert (fwd.kwargs["D_QK"], fwd.kwargs["D_V"]) == (192, 128)
+    assert (fwd.kwargs["BLOCK_QK"], fwd.kwargs["BLOCK_V"]) == (256, 128)
 
 
 def test_cross_compile_refuses_an_interpreter_imported_triton():
@@ -120,6 +136,7 @@ def test_shared_memory_over_the_limit_is_a_problem():
     build = KernelBuild(
         case="c",
         kernel="fwd_kernel",
+        dtype="bfloat16",
         constexprs={},
         num_warps=8,
         num_stages=4,
@@ -132,3 +149,23 @@ def test_shared_memory_over_the_limit_is_a_problem():
     )
     assert build.problems(90) and "sm_90 allows 232448" in build.problems(90)[0]
     assert build.problems(80)  # smaller on A100
+
+
+def test_spills_at_16_bit_are_a_problem():
+    build = KernelBuild(
+        case="c",
+        kernel="dq_kernel",
+        dtype="bfloat16",
+        constexprs={},
+        num_warps=8,
+        num_stages=2,
+        shared_bytes=1024,
+        registers=255,
+        spill_store_bytes=8,
+        spill_load_bytes=8,
+        stack_bytes=8,
+        compile_s=0.0,
+    )
+    assert "spills 8 bytes" in build.problems(90)[0]
+    fp32 = dataclasses.replace(build, dtype="float32")
+    assert fp32.problems(90) == []  # IEEE correctness configs: reported only

@@ -16,7 +16,7 @@ import torch
 from kernel_device import DEVICE, gpu_only, interpreter_only
 
 from speculators_kimi.kernels import (
-    document_bounds,
+    document_layout,
     draft_attention,
     draft_attention_mask,
     draft_attention_reference,
@@ -48,8 +48,10 @@ def make_docs(n: int, num_docs: int, pad_tail: int = 0, interior_pad: bool = Fal
     return ids
 
 
-def make_inputs(b, hq, hkv, n, t, d, dtype, seed=0, device=DEVICE):
+def make_inputs(b, hq, hkv, n, t, d, dtype, seed=0, device=DEVICE, dv=None):
+    """q, k ``[..., d]``, v and dO ``[..., dv]`` (``dv`` defaults to ``d``)."""
     g = torch.Generator().manual_seed(seed)
+    dv = d if dv is None else dv
 
     def u(*shape):
         x = torch.rand(*shape, generator=g, dtype=torch.float64) * 2 - 1
@@ -57,8 +59,8 @@ def make_inputs(b, hq, hkv, n, t, d, dtype, seed=0, device=DEVICE):
 
     q = u(b, hq, n, d)
     k = u(b, hkv, (t + 1) * n, d)
-    v = u(b, hkv, (t + 1) * n, d)
-    do = u(b, hq, n, d)
+    v = u(b, hkv, (t + 1) * n, dv)
+    do = u(b, hq, n, dv)
     return q, k, v, do
 
 
@@ -76,16 +78,18 @@ def check(
     b=1,
     docs=None,
     backward=True,
+    dv=None,
+    scale=None,
 ):
     if docs is None:
         docs = make_docs(n, num_docs, pad_tail, interior_pad)
     docs = docs.to(DEVICE)
-    q, k, v, do = make_inputs(b, hq, hkv, n, t, d, dtype, seed=n + 7 * t + d)
+    q, k, v, do = make_inputs(b, hq, hkv, n, t, d, dtype, seed=n + 7 * t + d, dv=dv)
     ins = [x.clone().requires_grad_(backward) for x in (q, k, v)]
-    out = draft_attention(*ins, docs, sliding_window=window)
-    assert out.dtype == dtype and out.shape == q.shape
+    out = draft_attention(*ins, docs, sliding_window=window, scale=scale)
+    assert out.dtype == dtype and out.shape == do.shape
     refs = [x.double().requires_grad_(backward) for x in (q, k, v)]
-    ref = draft_attention_reference(*refs, docs, sliding_window=window)
+    ref = draft_attention_reference(*refs, docs, sliding_window=window, scale=scale)
     tol_o, tol_g = TOL[dtype]
     torch.testing.assert_close(out.double(), ref, atol=tol_o, rtol=0)
     if not backward:
@@ -153,17 +157,83 @@ def test_low_precision_forward_backward(dtype, case):
     check(n, t, hq, hkv, d, w, dtype, num_docs=nd)
 
 
+# Multi-head latent attention (DeepSeek-V3 / Kimi-K2.5 drafts): q/k heads wider than
+# v heads (192/128 at Kimi-K2.5 size; 24/16 here, as qk_nope 16 + qk_rope 8), with
+# a YaRN-like softmax scale passed in. (N, t, Hq, Hkv, d_qk, d_v, window, docs,
+# scale); t = 0 and 2 are 1 and 3 TTT steps.
+MLA_CASES = [
+    (96, 0, 2, 2, 24, 16, None, 1, None),
+    (96, 2, 4, 2, 24, 16, None, 3, 0.3),
+    (130, 2, 4, 1, 24, 16, 17, 4, 0.3),
+    (70, 1, 2, 2, 40, 24, None, 2, None),
+    (64, 2, 2, 2, 16, 32, 9, 2, None),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    MLA_CASES,
+    ids=[
+        f"N{c[0]}-t{c[1]}-h{c[2]}x{c[3]}-qk{c[4]}-v{c[5]}-w{c[6]}-docs{c[7]}"
+        for c in MLA_CASES
+    ],
+)
+def test_mla_head_dims_forward_backward(case):
+    n, t, hq, hkv, d_qk, d_v, w, nd, scale = case
+    check(n, t, hq, hkv, d_qk, w, torch.float32, num_docs=nd, dv=d_v, scale=scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mla_head_dims_low_precision(dtype):
+    check(64, 2, 4, 2, 24, None, dtype, num_docs=2, dv=16, scale=0.3)
+
+
 @interpreter_only
 @pytest.mark.parametrize(
     "blocks", [(32, 32), (32, 16), (16, 32)], ids=["m32n32", "m32n16", "m16n32"]
 )
 def test_small_and_unequal_tiles(monkeypatch, blocks):
     """Many tiles per document, and BLOCK_M != BLOCK_N (as used for d=256 on GPU)."""
-    from speculators_kimi.kernels import forward
+    from speculators_kimi.kernels import configs
 
-    monkeypatch.setattr(forward, "INTERPRETER_BLOCKS", blocks)
+    monkeypatch.setattr(configs, "INTERPRETER_BLOCKS", blocks)
     check(100, 2, 2, 1, 16, None, torch.float32, num_docs=3)
     check(77, 1, 2, 2, 16, 17, torch.float32, num_docs=2)
+    check(90, 2, 2, 1, 24, 17, torch.float32, num_docs=3, dv=16)
+
+
+@interpreter_only
+def test_interior_tiles_skip_the_mask(monkeypatch):
+    """Only block-0 tiles on the diagonal evaluate the per-element mask when
+    nothing else (document start, padding, window) cuts through a tile: one
+    document of 8 tiles of 64 has 36 block-0 tiles per kernel, 8 of them masked."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from speculators_kimi.kernels import backward, configs, forward, tiles
+
+    monkeypatch.setattr(configs, "INTERPRETER_BLOCKS", (64, 64))
+    real = tiles.allowed
+    if not isinstance(real, InterpretedFunction):
+        real = InterpretedFunction(real.fn)
+    masked_tiles = []
+
+    def counting_allowed(rows, cols, doc_rows, doc_cols, window, has_window):
+        masked_tiles.append(1)
+        return real(rows, cols, doc_rows, doc_cols, window, has_window)
+
+    monkeypatch.setattr(forward, "allowed", counting_allowed)
+    monkeypatch.setattr(backward, "allowed", counting_allowed)
+    docs = torch.zeros(512, dtype=torch.long)
+    check(512, 1, 1, 1, 16, None, torch.float32, docs=docs, backward=False)
+    assert len(masked_tiles) == 8
+    masked_tiles.clear()
+    check(512, 1, 1, 1, 16, None, torch.float32, docs=docs)
+    assert len(masked_tiles) == 3 * 8  # forward, dQ, dK/dV
+    # a document start inside tile 3 and a window of 100 cut more tiles
+    masked_tiles.clear()
+    docs[200:] = 1
+    check(512, 1, 1, 1, 16, 100, torch.float32, docs=docs, backward=False)
+    assert 8 < len(masked_tiles) < 36
 
 
 def test_large_n_2048():
@@ -198,11 +268,11 @@ def test_window_one_and_odd_head_dim():
     check(50, 1, 2, 1, 24, None, torch.float32)
 
 
-def test_precomputed_bounds_and_scale():
+def test_precomputed_layout_and_scale():
     n, t = 90, 2
     docs = make_docs(n, 3, 4, True).to(DEVICE)
     q, k, v, _ = make_inputs(1, 2, 1, n, t, 32, torch.float32)
-    out = draft_attention(q, k, v, docs, scale=0.3, bounds=document_bounds(docs))
+    out = draft_attention(q, k, v, docs, scale=0.3, layout=document_layout(docs))
     ref = draft_attention_reference(q.double(), k.double(), v.double(), docs, scale=0.3)
     torch.testing.assert_close(out.double(), ref, atol=1e-4, rtol=0)
 
@@ -279,12 +349,18 @@ def test_reference_matches_upstream_dense_mask():
         torch.testing.assert_close(ref, upstream, atol=1e-12, rtol=0)
 
 
-def test_document_bounds():
+def test_document_layout():
     docs = torch.tensor([0, 0, 0, 1, 1, -1, 2, -1, -1, 0])
-    starts, ends = document_bounds(docs)
-    assert starts.dtype == torch.int32 and ends.dtype == torch.int32
-    assert starts.tolist() == [0, 0, 0, 3, 3, 5, 6, 7, 8, 0]
-    assert ends.tolist() == [10, 10, 10, 5, 5, 6, 7, 8, 9, 10]
+    layout = document_layout(docs)
+    assert layout.dtype == torch.int32 and layout.shape == (5, 10)
+    ids, starts, ends, run_starts, run_ends = layout.tolist()
+    assert ids == docs.tolist()
+    # the id's first and one-past-last position (id 0 comes back at 9)
+    assert starts == [0, 0, 0, 3, 3, 5, 6, 7, 8, 0]
+    assert ends == [10, 10, 10, 5, 5, 6, 7, 8, 9, 10]
+    # the contiguous run; each padding token is its own
+    assert run_starts == [0, 0, 0, 3, 3, 5, 6, 7, 8, 9]
+    assert run_ends == [3, 3, 3, 5, 5, 6, 7, 8, 9, 10]
 
 
 def test_cpu_without_interpreter_names_working_backends(monkeypatch):
@@ -306,6 +382,11 @@ def test_input_validation():
         draft_attention(q, k, v, zeros(9))
     with pytest.raises(ValueError, match="multiple of N"):
         draft_attention(q, k[:, :, :-1], v[:, :, :-1], zeros(8))
+    with pytest.raises(ValueError, match="k .* and v .* differ"):
+        draft_attention(q, k, v[:, :, :8], zeros(8))
+    q, k, v, _ = make_inputs(1, 2, 1, 8, 0, 16, torch.float32, dv=288)
+    with pytest.raises(ValueError, match="v head dim 288 unsupported: .*1..256"):
+        draft_attention(q, k, v, zeros(8))
 
 
 @interpreter_only
@@ -359,6 +440,10 @@ def test_benchmark_quick_smoke(tmp_path):
     assert data["device"]
     assert data["results"]
     assert any(r["impl"] == "triton" for r in data["results"])
+    # the MLA shape (q/k 24, v 16) runs beside the Llama-style one, same impls
+    mla = [r for r in data["results"] if (r["d"], r["dv"]) == (24, 16)]
+    assert {r["impl"] for r in mla if "ms" in r} >= {"triton", "sdpa"}
+    assert all(c.get("max_abs_diff_vs_sdpa", 1) < 1e-4 for c in data["configs"])
 
 
 # Real sizes, compiled kernels, GPU tile configs: (N, t, Hq, Hkv, d, window, docs).
@@ -382,3 +467,12 @@ GPU_CASES = [
 def test_gpu_real_sizes(dtype, case):
     n, t, hq, hkv, d, w, nd = case
     check(n, t, hq, hkv, d, w, dtype, num_docs=nd, pad_tail=n // 50)
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_mla_kimi_size(dtype):
+    """Kimi-K2.5's MLA draft: 64 heads, q/k 192 (nope 128 + rope 64), v 128, with
+    a YaRN-scaled softmax scale."""
+    check(1024, 3, 64, 64, 192, None, dtype, num_docs=4, pad_tail=20, dv=128,
+          scale=0.1147)  # fmt: skip

@@ -52,8 +52,17 @@ def has_accelerator() -> bool:
 
 
 def triton_interpreter_enabled() -> bool:
-    """Whether Triton kernels run in the CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    """Whether Triton kernels run in the CPU interpreter (``TRITON_INTERPRET``).
+
+    Triton's own answer, read at each call: ``triton.jit`` consults the same knob,
+    which accepts ``1``, ``true``, ``on`` or ``yes``. Without Triton nothing runs
+    there.
+    """
+    try:
+        from triton import knobs  # noqa: PLC0415
+    except ImportError:
+        return False
+    return bool(knobs.runtime.interpret)
 
 
 def cpu_attn_impls() -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from speculators.train.device import (
     memory_allocated_mb,
     set_training_device,
     synchronize,
+    triton_interpreter_enabled,
 )
 from speculators.train.recovery import BatchRecoveryCoordinator
 from speculators.train.trainer import _StepTimer
@@ -170,6 +171,15 @@ def test_cpu_allows_fused_loss_under_triton_interpreter(monkeypatch):
     assert "loss_implementation" not in device_fallbacks(cfg, CPU)
     # Never picked by default: the interpreter is slow.
     assert device_fallbacks(_resolve(), CPU)["loss_implementation"] == "eager"
+
+
+@pytest.mark.parametrize(
+    ("value", "enabled"), [("1", True), ("true", True), ("On", True), ("0", False)]
+)
+def test_triton_interpreter_is_read_as_triton_reads_it(monkeypatch, value, enabled):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert triton_interpreter_enabled() is enabled
 
 
 def test_cpu_leaves_mtp_attention_alone():

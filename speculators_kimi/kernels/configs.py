@@ -1,0 +1,95 @@
+"""Tile configurations of the draft-attention kernels, one per kernel and shape.
+
+Chosen without a GPU so that every kernel compiles for sm_90 (H100/H200) with no
+register spills and its shared memory within the limit
+(``python -m speculators_kimi.kernels.cross_compile``; the committed report is
+``benchmarks/results/*-sm90-kernel-resources.json``). Untimed: not autotuned on
+hardware yet.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .jit import interpreting
+
+__all__ = ["INTERPRETER_BLOCKS", "KERNELS", "KernelConfig", "pick_blocks"]
+
+#: (BLOCK_M, BLOCK_N, num_warps, num_stages).
+KernelConfig = tuple[int, int, int, int]
+
+#: The launches of one forward + backward call, in order.
+KERNELS = ("fwd", "dq", "dkv0", "diag")
+
+# Tile sizes under the interpreter, where a tile step costs about the same whatever
+# its size; tests shrink them to cover multi-tile and BLOCK_M != BLOCK_N paths.
+INTERPRETER_BLOCKS: tuple[int, int] = (64, 64)
+
+# Keyed by (kernel, fp32 inputs, padded q/k head dim, padded v head dim). The
+# (256, 128) rows are MLA drafts (DeepSeek-V3 / Kimi-K2.5: q/k 192 = nope 128 +
+# rope 64, v 128). The diagonal dK/dV kernel works elementwise on rows (BLOCK_N and
+# num_stages unused). fp32 rows are IEEE matmuls: correctness runs, not speed; at
+# q/k 256 their dQ spills whatever the tile (reported by cross_compile).
+_CONFIGS: dict[tuple[str, bool, int, int], KernelConfig] = {
+    # 16-bit
+    ("fwd", False, 64, 64): (128, 64, 8, 3),
+    ("dq", False, 64, 64): (64, 64, 4, 3),
+    ("dkv0", False, 64, 64): (32, 64, 8, 3),
+    ("diag", False, 64, 64): (32, 0, 4, 1),
+    ("fwd", False, 128, 128): (128, 64, 8, 2),
+    ("dq", False, 128, 128): (64, 64, 8, 3),
+    ("dkv0", False, 128, 128): (32, 32, 8, 2),
+    ("diag", False, 128, 128): (32, 0, 8, 1),
+    ("fwd", False, 256, 128): (32, 64, 8, 3),
+    ("dq", False, 256, 128): (32, 64, 8, 3),
+    ("dkv0", False, 256, 128): (64, 32, 8, 2),
+    ("diag", False, 256, 128): (32, 0, 8, 1),
+    ("fwd", False, 256, 256): (32, 64, 8, 2),
+    ("dq", False, 256, 256): (32, 64, 8, 2),
+    ("dkv0", False, 256, 256): (64, 32, 8, 1),
+    ("diag", False, 256, 256): (32, 0, 8, 1),
+    # fp32
+    ("fwd", True, 64, 64): (32, 64, 8, 2),
+    ("dq", True, 64, 64): (32, 64, 8, 2),
+    ("dkv0", True, 64, 64): (16, 32, 4, 2),
+    ("diag", True, 64, 64): (16, 0, 4, 1),
+    ("fwd", True, 128, 128): (32, 64, 8, 2),
+    ("dq", True, 128, 128): (16, 64, 4, 2),
+    ("dkv0", True, 128, 128): (16, 32, 4, 2),
+    ("diag", True, 128, 128): (16, 0, 4, 1),
+    ("fwd", True, 256, 128): (16, 32, 4, 1),
+    ("dq", True, 256, 128): (16, 16, 8, 1),
+    ("dkv0", True, 256, 128): (16, 32, 4, 1),
+    ("diag", True, 256, 128): (16, 0, 8, 1),
+    ("fwd", True, 256, 256): (16, 32, 4, 1),
+    ("dq", True, 256, 256): (16, 16, 8, 1),
+    ("dkv0", True, 256, 256): (16, 16, 4, 1),
+    ("diag", True, 256, 256): (16, 0, 8, 1),
+}
+
+
+def _bucket(block_dim: int) -> int:
+    return 64 if block_dim <= 64 else 128 if block_dim <= 128 else 256
+
+
+def pick_blocks(
+    block_qk: int,
+    block_v: int | None = None,
+    dtype: torch.dtype = torch.bfloat16,
+    kernel: str = "fwd",
+) -> KernelConfig:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of ``kernel`` (one of
+    ``KERNELS``) for padded q/k and v head dims (``block_v`` defaults to
+    ``block_qk``). A v dim other than the q/k dim has its own rows only for MLA's
+    (256, 128); others use the wider dim's config."""
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; one of {KERNELS}")
+    if interpreting():
+        return INTERPRETER_BLOCKS[0], INTERPRETER_BLOCKS[1], 1, 1
+    qk = _bucket(block_qk)
+    v = _bucket(block_qk if block_v is None else block_v)
+    key = (kernel, dtype == torch.float32, qk, v)
+    if key not in _CONFIGS:
+        wide = max(qk, v)
+        key = (kernel, dtype == torch.float32, wide, wide)
+    return _CONFIGS[key]
