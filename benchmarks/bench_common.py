@@ -49,9 +49,9 @@ def device_name(device: torch.device) -> str:
 
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    import triton
+    from speculators_kimi.kernels.jit import interpreting
 
-    mode = "Triton interpreter" if triton.knobs.runtime.interpret else "no Triton"
+    mode = "Triton interpreter" if interpreting() else "no Triton"
     return f"CPU {cpu_model()} ({mode})"
 
 

@@ -43,13 +43,31 @@ def trained_demo(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def trained_mla_demo(tmp_path_factory) -> dict:
     """A small demo with an MLA draft (`--draft-arch deepseek_v3`: DeepSeek-V3
-    latent attention layers; 40 conversations, 1 epoch): its report."""
+    latent attention layers; 40 conversations, 4 steps), trained by `speculators
+    train --draft-attn-impl triton` (our kernels, in the Triton interpreter): its
+    report."""
+    import os
+
     from speculators_kimi.demo import DemoSettings, run_demo
 
     out = tmp_path_factory.mktemp("trained-mla-demo")
-    return run_demo(
-        DemoSettings(out=out, num_samples=40, epochs=1, draft_arch="deepseek_v3")
+    settings = DemoSettings(
+        out=out,
+        num_samples=40,
+        epochs=1,
+        max_steps=4,
+        draft_arch="deepseek_v3",
+        extra_train_args=["--draft-attn-impl", "triton"],
     )
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        return run_demo(settings)
+    finally:
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
 
 
 @pytest.fixture

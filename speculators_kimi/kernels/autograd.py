@@ -93,7 +93,8 @@ def draft_attention(
     Query ``q`` attends key ``kv`` iff ``(q >= kv and (W is None or kv > q - W) and
     doc[q] != -1 and doc[q] == doc[kv mod N]) or kv mod N == q``.
 
-    Returns ``[B, Hq, N, d_v]`` in ``q``'s dtype; differentiable w.r.t. q, k, v.
+    Returns ``[B, Hq, N, d_v]`` in ``q``'s dtype (the autocast dtype under
+    autocast, as for sdpa); differentiable w.r.t. q, k, v.
     """
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("q, k, v must be 4-D [B, H, L, d]")
@@ -112,6 +113,11 @@ def draft_attention(
             raise ValueError(
                 f"{name} head dim {dim} unsupported: the kernels take 1..{MAX_HEAD_DIM}"
             )
+    if torch.is_autocast_enabled(q.device.type):
+        # as autocast runs sdpa: every input in the autocast dtype (an MLA layer's
+        # keys are built in its latent's dtype, its values by a linear layer)
+        dtype = torch.get_autocast_dtype(q.device.type)
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     if q.dtype not in _SUPPORTED_DTYPES:
         raise TypeError(f"draft_attention supports fp32/fp16/bf16, got {q.dtype}")
     if k.dtype != q.dtype or v.dtype != q.dtype:

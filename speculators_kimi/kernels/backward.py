@@ -29,6 +29,7 @@ from .tiles import (
     DOC,
     allowed,
     head,
+    key_tile,
     key_tile_queries,
     layout_row,
     load_rows,
@@ -78,19 +79,12 @@ def _dq_block0(
 ):
     """dQ of ``rows`` from the block-0 key tiles ``[lo, hi)`` (unscaled)."""
     for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
-        col_valid = cols < N
-        k = load_rows(k_base, cols, skn, col_valid, D_QK, BLOCK_QK, COMPUTE)
-        v = load_rows(v_base, cols, svn, col_valid, D_V, BLOCK_V, COMPUTE)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        p = tl.math.exp2(s - lse[:, None])
-        if MASKED:
-            doc_k = layout_row(LAYOUT, DOC, cols, col_valid, N, -2)
-            ok = allowed(
-                rows[:, None], cols[None, :], doc_q[:, None], doc_k[None, :],
-                WINDOW, HAS_WINDOW,
-            )  # fmt: skip
-            p = tl.where(ok, p, 0.0)
+        s, k, v = key_tile(
+            q, rows, doc_q, k_base, v_base, skn, svn, LAYOUT, start_n, N, WINDOW,
+            qk_scale, D_QK, D_V, BLOCK_QK, BLOCK_V, HAS_WINDOW, MASKED, COMPUTE,
+            PREC, BLOCK_N,
+        )  # fmt: skip
+        p = tl.math.exp2(s - lse[:, None])  # 0 where masked (s = -inf)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(COMPUTE), k, input_precision=PREC)

@@ -18,8 +18,8 @@ from .configs import pick_blocks
 from .jit import LOG2E, compute_dtype, dot_precision, lazy_jit, row_strides
 from .tiles import (
     DOC,
-    allowed,
     head,
+    key_tile,
     layout_row,
     load_rows,
     online_softmax_update,
@@ -60,18 +60,11 @@ def _block0(
 ):
     """Block-0 key tiles ``[lo, hi)`` into the online softmax of ``rows``."""
     for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
-        col_valid = cols < N
-        k = load_rows(k_base, cols, skn, col_valid, D_QK, BLOCK_QK, COMPUTE)
-        v = load_rows(v_base, cols, svn, col_valid, D_V, BLOCK_V, COMPUTE)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        if MASKED:
-            doc_k = layout_row(LAYOUT, DOC, cols, col_valid, N, -2)
-            ok = allowed(
-                rows[:, None], cols[None, :], doc_q[:, None], doc_k[None, :],
-                WINDOW, HAS_WINDOW,
-            )  # fmt: skip
-            s = tl.where(ok, s, float("-inf"))
+        s, _, v = key_tile(
+            q, rows, doc_q, k_base, v_base, skn, svn, LAYOUT, start_n, N, WINDOW,
+            qk_scale, D_QK, D_V, BLOCK_QK, BLOCK_V, HAS_WINDOW, MASKED, COMPUTE,
+            PREC, BLOCK_N,
+        )  # fmt: skip
         m_i, m_safe, alpha = online_softmax_update(m_i, tl.max(s, axis=1))
         p = tl.math.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)

@@ -27,6 +27,7 @@ import triton.language as tl
 
 __all__ = [
     "allowed",
+    "key_tile",
     "key_tile_queries",
     "load_rows",
     "online_softmax_update",
@@ -151,6 +152,48 @@ def store_rows(base, rows, stride, row_valid, D: tl.constexpr, value):
     mask = row_valid[:, None] & (cols[None, :] < D)
     ptrs = base + rows.to(tl.int64)[:, None] * stride + cols[None, :]
     tl.store(ptrs, value.to(base.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def key_tile(
+    q,
+    rows,
+    doc_q,
+    k_base,
+    v_base,
+    skn,
+    svn,
+    LAYOUT,
+    start_n,
+    N,
+    WINDOW,
+    qk_scale,
+    D_QK: tl.constexpr,
+    D_V: tl.constexpr,
+    BLOCK_QK: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    MASKED: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    PREC: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """The block-0 key tile ``[start_n, start_n + BLOCK_N)`` for the query tile
+    ``q`` (rows ``rows``): base-2 scores ``[BLOCK_M, BLOCK_N]`` (``-inf`` where not
+    allowed, evaluated only if ``MASKED``), and the key and value tiles."""
+    cols = start_n + tl.arange(0, BLOCK_N)
+    col_valid = cols < N
+    k = load_rows(k_base, cols, skn, col_valid, D_QK, BLOCK_QK, COMPUTE)
+    v = load_rows(v_base, cols, svn, col_valid, D_V, BLOCK_V, COMPUTE)
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+    if MASKED:
+        doc_k = layout_row(LAYOUT, DOC, cols, col_valid, N, -2)
+        ok = allowed(
+            rows[:, None], cols[None, :], doc_q[:, None], doc_k[None, :], WINDOW,
+            HAS_WINDOW,
+        )  # fmt: skip
+        s = tl.where(ok, s, float("-inf"))
+    return s, k, v
 
 
 @triton.jit

@@ -239,3 +239,18 @@ def test_heads_wider_than_the_kernels_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="--draft-attn-impl sdpa") as err:
         triton_attention_forward(torch.nn.Module(), q, q, v, mask)
     assert "q/k heads are 320 wide" in str(err.value)
+
+
+def test_speculators_train_trains_an_mla_draft_with_triton(trained_mla_demo):
+    """`speculators train --draft-arch deepseek_v3 --draft-attn-impl triton`, the
+    real command (the MLA demo's training run, on the tiny Kimi-K2.5 verifier)."""
+    from pathlib import Path
+
+    run = Path(trained_mla_demo["out"]) / "run"
+    log = (run / "train.log").read_text()
+    assert "draft/draft_attn_impl='triton'" in log
+    assert "draft/draft_arch='deepseek_v3'" in log
+    assert trained_mla_demo["train_steps"] == 4
+    first, last = trained_mla_demo["loss_first"], trained_mla_demo["loss_last"]
+    assert torch.isfinite(torch.tensor([first, last])).all()
+    assert last < first

@@ -209,7 +209,7 @@ def test_interior_tiles_skip_the_mask(monkeypatch):
     document of 8 tiles of 64 has 36 block-0 tiles per kernel, 8 of them masked."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    from speculators_kimi.kernels import backward, configs, forward, tiles
+    from speculators_kimi.kernels import backward, configs, tiles
 
     monkeypatch.setattr(configs, "INTERPRETER_BLOCKS", (64, 64))
     real = tiles.allowed
@@ -221,8 +221,8 @@ def test_interior_tiles_skip_the_mask(monkeypatch):
         masked_tiles.append(1)
         return real(rows, cols, doc_rows, doc_cols, window, has_window)
 
-    monkeypatch.setattr(forward, "allowed", counting_allowed)
-    monkeypatch.setattr(backward, "allowed", counting_allowed)
+    monkeypatch.setattr(tiles, "allowed", counting_allowed)  # forward, dQ
+    monkeypatch.setattr(backward, "allowed", counting_allowed)  # dK/dV
     docs = torch.zeros(512, dtype=torch.long)
     check(512, 1, 1, 1, 16, None, torch.float32, docs=docs, backward=False)
     assert len(masked_tiles) == 8
@@ -275,6 +275,30 @@ def test_precomputed_layout_and_scale():
     out = draft_attention(q, k, v, docs, scale=0.3, layout=document_layout(docs))
     ref = draft_attention_reference(q.double(), k.double(), v.double(), docs, scale=0.3)
     torch.testing.assert_close(out.double(), ref, atol=1e-4, rtol=0)
+
+
+def test_autocast_casts_mixed_inputs_as_for_sdpa():
+    """Under autocast an MLA layer hands over fp32 keys and bf16 values; like
+    sdpa, the kernels then take every input in the autocast dtype."""
+    n, d_qk, d_v = 48, 24, 16
+    docs = make_docs(n, 2, 3, False).to(DEVICE)
+    q, k, v, do = make_inputs(1, 2, 2, n, 1, d_qk, torch.float32, dv=d_v)
+    v = v.to(torch.bfloat16)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+        out = draft_attention(*leaves, docs)
+    assert out.dtype == torch.bfloat16
+    out.backward(do.to(torch.bfloat16))
+    assert [x.grad.dtype for x in leaves] == [
+        torch.float32,
+        torch.float32,
+        torch.bfloat16,
+    ]
+    rounded = [x.to(torch.bfloat16).double() for x in (q, k, v)]
+    ref = draft_attention_reference(*rounded, docs)
+    torch.testing.assert_close(out.double(), ref, atol=TOL[torch.bfloat16][0], rtol=0)
+    with pytest.raises(TypeError, match="share a dtype"):
+        draft_attention(q, k, v, docs)  # without autocast: refused
 
 
 def test_strided_inputs():
