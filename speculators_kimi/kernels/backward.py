@@ -32,6 +32,7 @@ from .tiles import (
     key_tile,
     key_tile_queries,
     layout_row,
+    load_diagonal,
     load_rows,
     query_tile_keys,
     store_rows,
@@ -183,12 +184,11 @@ def _dq_kernel(
     q32 = q.to(tl.float32)
     do32 = do.to(tl.float32)
     for j in range(1, NUM_BLOCKS):
-        k_j = load_rows(k_base, rows + j * N, skn, row_valid, D_QK, BLOCK_QK, COMPUTE)
-        v_j = load_rows(v_base, rows + j * N, svn, row_valid, D_V, BLOCK_V, COMPUTE)
-        k_j = k_j.to(tl.float32)
-        _, ds_j = _diagonal_ds(
-            q32, do32, k_j, v_j.to(tl.float32), lse, delta, qk_scale, row_valid
-        )
+        k_j, v_j = load_diagonal(
+            k_base, v_base, skn, svn, rows, row_valid, j, N, D_QK, D_V, BLOCK_QK,
+            BLOCK_V, COMPUTE,
+        )  # fmt: skip
+        _, ds_j = _diagonal_ds(q32, do32, k_j, v_j, lse, delta, qk_scale, row_valid)
         dq += ds_j[:, None] * k_j
 
     store_rows(head(DQ, b, h, sdqb, sdqh), rows, sdqn, row_valid, D_QK, dq * sm_scale)
@@ -391,10 +391,10 @@ def _dkv_diag_kernel(
     dv_base = head(DV, b, hk, sdvb, sdvh)
 
     for j in range(1, NUM_BLOCKS):
-        k_j = load_rows(k_base, rows + j * N, skn, row_valid, D_QK, BLOCK_QK, COMPUTE)
-        v_j = load_rows(v_base, rows + j * N, svn, row_valid, D_V, BLOCK_V, COMPUTE)
-        k_j = k_j.to(tl.float32)
-        v_j = v_j.to(tl.float32)
+        k_j, v_j = load_diagonal(
+            k_base, v_base, skn, svn, rows, row_valid, j, N, D_QK, D_V, BLOCK_QK,
+            BLOCK_V, COMPUTE,
+        )  # fmt: skip
         dk = tl.zeros([BLOCK_M, BLOCK_QK], dtype=tl.float32)
         dv = tl.zeros([BLOCK_M, BLOCK_V], dtype=tl.float32)
         for g in range(GROUP):

@@ -21,6 +21,7 @@ from .tiles import (
     head,
     key_tile,
     layout_row,
+    load_diagonal,
     load_rows,
     online_softmax_update,
     query_tile_keys,
@@ -146,14 +147,16 @@ def _fwd_kernel(
     # diagonal blocks j = 1..t: key/value rows j*N + rows, one dot product per row
     q32 = q.to(tl.float32)
     for j in range(1, NUM_BLOCKS):
-        k_j = load_rows(k_base, rows + j * N, skn, row_valid, D_QK, BLOCK_QK, COMPUTE)
-        v_j = load_rows(v_base, rows + j * N, svn, row_valid, D_V, BLOCK_V, COMPUTE)
-        s_j = tl.sum(q32 * k_j.to(tl.float32), axis=1) * qk_scale
+        k_j, v_j = load_diagonal(
+            k_base, v_base, skn, svn, rows, row_valid, j, N, D_QK, D_V, BLOCK_QK,
+            BLOCK_V, COMPUTE,
+        )  # fmt: skip
+        s_j = tl.sum(q32 * k_j, axis=1) * qk_scale
         s_j = tl.where(row_valid, s_j, float("-inf"))
         m_i, m_safe, alpha = online_softmax_update(m_i, s_j)
         p_j = tl.math.exp2(s_j - m_safe)
         l_i = l_i * alpha + p_j
-        acc = acc * alpha[:, None] + p_j[:, None] * v_j.to(tl.float32)
+        acc = acc * alpha[:, None] + p_j[:, None] * v_j
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     lse = tl.where(l_i == 0.0, 0.0, m_i + tl.math.log2(l_safe))

@@ -8,7 +8,8 @@
   pair allowed: below the diagonal, inside one run of a document for every row,
   inside the window) run without the per-element mask; only tiles touching the
   diagonal, a document start or end, padding or the window edge pay for it.
-- ``load_rows`` / ``store_rows``: masked row loads and stores with int64 offsets.
+- ``load_rows`` / ``store_rows``: masked row loads and stores with int64 offsets;
+  ``load_diagonal``: the one key and value row each query sees in block ``j >= 1``.
 - ``online_softmax_update``: one merge step of the running max (base 2), safe for
   rows that have seen only masked keys.
 
@@ -29,6 +30,7 @@ __all__ = [
     "allowed",
     "key_tile",
     "key_tile_queries",
+    "load_diagonal",
     "load_rows",
     "online_softmax_update",
     "query_tile_keys",
@@ -142,6 +144,29 @@ def load_rows(
     mask = row_valid[:, None] & (cols[None, :] < D)
     ptrs = base + rows.to(tl.int64)[:, None] * stride + cols[None, :]
     return tl.load(ptrs, mask=mask, other=0.0).to(DTYPE)
+
+
+@triton.jit
+def load_diagonal(
+    k_base,
+    v_base,
+    skn,
+    svn,
+    rows,
+    row_valid,
+    j,
+    N,
+    D_QK: tl.constexpr,
+    D_V: tl.constexpr,
+    BLOCK_QK: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    """Keys and values ``j * N + rows`` of diagonal block ``j`` (the only ones row
+    ``i`` sees there), rounded to ``COMPUTE`` and held in fp32 for row-wise dots."""
+    k_j = load_rows(k_base, rows + j * N, skn, row_valid, D_QK, BLOCK_QK, COMPUTE)
+    v_j = load_rows(v_base, rows + j * N, svn, row_valid, D_V, BLOCK_V, COMPUTE)
+    return k_j.to(tl.float32), v_j.to(tl.float32)
 
 
 @triton.jit
