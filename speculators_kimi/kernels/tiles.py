@@ -27,9 +27,12 @@ import triton
 import triton.language as tl
 
 __all__ = [
+    "DOC",
     "allowed",
+    "head",
     "key_tile",
     "key_tile_queries",
+    "layout_row",
     "load_diagonal",
     "load_rows",
     "online_softmax_update",
