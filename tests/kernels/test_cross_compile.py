@@ -132,40 +132,32 @@ def test_cross_compile_refuses_an_interpreter_imported_triton():
     assert "RuntimeError" in proc.stderr and "TRITON_INTERPRET" in proc.stderr
 
 
+#: A kernel build that fits and does not spill; tests change one thing.
+FITS = KernelBuild(
+    case="c",
+    kernel="fwd_kernel",
+    dtype="bfloat16",
+    constexprs={},
+    num_warps=8,
+    num_stages=2,
+    shared_bytes=1024,
+    registers=128,
+    spill_store_bytes=0,
+    spill_load_bytes=0,
+    stack_bytes=0,
+    compile_s=0.0,
+)
+
+
 def test_shared_memory_over_the_limit_is_a_problem():
-    build = KernelBuild(
-        case="c",
-        kernel="fwd_kernel",
-        dtype="bfloat16",
-        constexprs={},
-        num_warps=8,
-        num_stages=4,
-        shared_bytes=SHARED_MEMORY_LIMIT[90] + 1,
-        registers=128,
-        spill_store_bytes=0,
-        spill_load_bytes=0,
-        stack_bytes=0,
-        compile_s=0.0,
-    )
+    assert FITS.problems(90) == []
+    build = dataclasses.replace(FITS, shared_bytes=SHARED_MEMORY_LIMIT[90] + 1)
     assert build.problems(90) and "sm_90 allows 232448" in build.problems(90)[0]
     assert build.problems(80)  # smaller on A100
 
 
 def test_spills_at_16_bit_are_a_problem():
-    build = KernelBuild(
-        case="c",
-        kernel="dq_kernel",
-        dtype="bfloat16",
-        constexprs={},
-        num_warps=8,
-        num_stages=2,
-        shared_bytes=1024,
-        registers=255,
-        spill_store_bytes=8,
-        spill_load_bytes=8,
-        stack_bytes=8,
-        compile_s=0.0,
-    )
+    build = dataclasses.replace(FITS, spill_store_bytes=8, spill_load_bytes=8)
     assert "spills 8 bytes" in build.problems(90)[0]
     fp32 = dataclasses.replace(build, dtype="float32")
     assert fp32.problems(90) == []  # IEEE correctness configs: reported only
