@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .configs import pick_blocks
+from .configs import head_blocks, pick_blocks
 from .jit import LOG2E, compute_dtype, dot_precision, lazy_jit, row_strides
 from .tiles import (
     DOC,
@@ -437,8 +437,7 @@ def run_backward(
     their last dim."""
     b, hq, n, d_qk = q.shape
     hkv, kv_len, d_v = k.shape[1], k.shape[2], v.shape[3]
-    block_qk = max(16, triton.next_power_of_2(d_qk))
-    block_v = max(16, triton.next_power_of_2(d_v))
+    block_qk, block_v = head_blocks(d_qk, d_v)
     window = sliding_window if sliding_window is not None else 0
     shape = {
         "D_QK": d_qk,

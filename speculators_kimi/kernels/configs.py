@@ -10,10 +10,17 @@ hardware yet.
 from __future__ import annotations
 
 import torch
+import triton
 
 from .jit import interpreting
 
-__all__ = ["INTERPRETER_BLOCKS", "KERNELS", "KernelConfig", "pick_blocks"]
+__all__ = [
+    "INTERPRETER_BLOCKS",
+    "KERNELS",
+    "KernelConfig",
+    "head_blocks",
+    "pick_blocks",
+]
 
 #: (BLOCK_M, BLOCK_N, num_warps, num_stages).
 KernelConfig = tuple[int, int, int, int]
@@ -66,6 +73,12 @@ _CONFIGS: dict[tuple[str, bool, int, int], KernelConfig] = {
     ("dkv0", True, 256, 256): (16, 16, 4, 1),
     ("diag", True, 256, 256): (16, 0, 8, 1),
 }
+
+
+def head_blocks(d_qk: int, d_v: int) -> tuple[int, int]:
+    """Tile widths of the q/k and v heads: the next powers of two, at least 16
+    (``tl.arange`` and ``tl.dot`` need them); columns past the head are masked."""
+    return max(16, triton.next_power_of_2(d_qk)), max(16, triton.next_power_of_2(d_v))
 
 
 def _bucket(block_dim: int) -> int:
