@@ -200,6 +200,8 @@ def test_small_and_unequal_tiles(monkeypatch, blocks):
     check(100, 2, 2, 1, 16, None, torch.float32, num_docs=3)
     check(77, 1, 2, 2, 16, 17, torch.float32, num_docs=2)
     check(90, 2, 2, 1, 24, 17, torch.float32, num_docs=3, dv=16)
+    # an id that comes back after another document: its tiles are edge tiles
+    check(NON_CONTIGUOUS.numel(), 1, 2, 1, 16, None, torch.float32, docs=NON_CONTIGUOUS)
 
 
 @interpreter_only
@@ -252,9 +254,12 @@ def test_all_padding():
     check(40, 2, 2, 1, 16, None, torch.float32, docs=docs)
 
 
+NON_CONTIGUOUS = torch.tensor([0] * 20 + [1] * 15 + [0] * 25 + [-1] * 3 + [2] * 10)
+
+
 def test_non_contiguous_document_ids():
     """Same id in two separate runs: upstream's mask lets them see each other."""
-    docs = torch.tensor([0] * 20 + [1] * 15 + [0] * 25 + [-1] * 3 + [2] * 10)
+    docs = NON_CONTIGUOUS
     check(docs.numel(), 1, 2, 2, 16, None, torch.float32, docs=docs)
     check(docs.numel(), 1, 2, 2, 16, 9, torch.float32, docs=docs, backward=False)
 
