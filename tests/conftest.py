@@ -46,8 +46,6 @@ def trained_mla_demo(tmp_path_factory) -> dict:
     latent attention layers; 40 conversations, 4 steps), trained by `speculators
     train --draft-attn-impl triton` (our kernels, in the Triton interpreter): its
     report."""
-    import os
-
     from speculators_kimi.demo import DemoSettings, run_demo
 
     out = tmp_path_factory.mktemp("trained-mla-demo")
@@ -59,15 +57,9 @@ def trained_mla_demo(tmp_path_factory) -> dict:
         draft_arch="deepseek_v3",
         extra_train_args=["--draft-attn-impl", "triton"],
     )
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "1")
         return run_demo(settings)
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .reference import document_layout
 
-__all__ = ["MAX_HEAD_DIM", "DraftAttentionFunction", "draft_attention"]
+__all__ = ["DraftAttentionFunction", "draft_attention"]
 
 _SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -111,7 +111,11 @@ def draft_attention(
     for name, dim in (("q/k", d_qk), ("v", d_v)):
         if not 1 <= dim <= MAX_HEAD_DIM:
             raise ValueError(
-                f"{name} head dim {dim} unsupported: the kernels take 1..{MAX_HEAD_DIM}"
+                f"{name} head dim {dim} unsupported: the kernels take "
+                f"1..{MAX_HEAD_DIM} (the 'triton' draft attention backend: this "
+                f"draft's {name} heads "
+                f"are {dim} wide; train it with --draft-attn-impl sdpa, or "
+                "simple_flex_attention on a GPU)"
             )
     if torch.is_autocast_enabled(q.device.type):
         # as autocast runs sdpa: every input in the autocast dtype (an MLA layer's

@@ -29,15 +29,19 @@ __all__ = ["TritonBackend", "TritonDraftMask", "triton_attention_forward"]
 class TritonDraftMask:
     """What the ``triton`` kernels need to mask one packed sequence.
 
-    :param document_ids: ``[N]`` int document id per position, ``-1`` for padding.
     :param layout: ``document_layout(document_ids)``, computed once per batch.
     :param sliding_window: Sliding window size in tokens, or ``None`` for full
         attention.
     """
 
-    document_ids: torch.Tensor
     layout: torch.Tensor
     sliding_window: int | None
+
+    @property
+    def document_ids(self) -> torch.Tensor:
+        """``[N]`` int32 document id per position, ``-1`` for padding (the
+        layout's first row)."""
+        return self.layout[0]
 
 
 def triton_attention_forward(
@@ -74,16 +78,6 @@ def triton_attention_forward(
         raise ValueError(
             f"The 'triton' draft attention backend has no dropout (got {dropout})."
         )
-    from speculators_kimi.kernels.autograd import MAX_HEAD_DIM
-
-    for name, dim in (("q/k", query.shape[-1]), ("v", value.shape[-1])):
-        if dim > MAX_HEAD_DIM:
-            raise ValueError(
-                f"The 'triton' draft attention backend takes heads up to "
-                f"{MAX_HEAD_DIM} wide; this draft's {name} heads are {dim} wide. "
-                "Train it with --draft-attn-impl sdpa (or simple_flex_attention on "
-                "a GPU)."
-            )
     from speculators_kimi.kernels import draft_attention
 
     out = draft_attention(
@@ -140,8 +134,8 @@ class TritonBackend(DraftAttentionBackend):
             raise ValueError(
                 f"document_ids must be [{seq_len}], got {tuple(document_ids.shape)}"
             )
-        doc = document_ids.to(device=device, dtype=torch.int32).contiguous()
-        return TritonDraftMask(doc, document_layout(doc), sliding_window)
+        doc = document_ids.to(device=device, dtype=torch.int32)
+        return TritonDraftMask(document_layout(doc), sliding_window)
 
     def extend_mask(self, mask: TritonDraftMask, seq_len: int) -> TritonDraftMask:
         """No-op: the kernels take the TTT step count from the key length.
