@@ -8,6 +8,7 @@ from speculators.data_generation.input_files import (
     DataFileError,
     NoSamplesError,
     find_fault,
+    utf8_fault,
 )
 from speculators.data_generation.preprocessing import load_raw_dataset
 from speculators.utils.cli_errors import TRACEBACK_ENV, known_error_message
@@ -22,6 +23,13 @@ ROW = json.dumps(
     }
 )
 GOOD = (ROW + "\n") * 6
+# Line 7 parses as JSON, but its reply holds a byte that is not UTF-8 (0xff at
+# byte offset len(GOOD) + 2 + ROW.index("four")): datasets loads such a file.
+NOT_UTF8 = GOOD.encode() + ROW.encode().replace(b"four", b"fo\xffur") + b"\n"
+NOT_UTF8_SAYS = (
+    f"line 7, byte offset {len(GOOD) + ROW.index('four') + 2}: not UTF-8 text "
+    "(byte 0xff; save the file as UTF-8)"
+)
 
 # (file name, content, what the one-line error must say)
 BAD_FILES = [
@@ -40,7 +48,13 @@ BAD_FILES = [
         (GOOD + "{not json}\n" + GOOD).encode(),
         "line 7, column 2: not valid JSON",
     ),
-    ("utf16.jsonl", ROW.encode("utf-16") + b"\n", "line 1: not UTF-8 text (byte 0xff)"),
+    (
+        "utf16.jsonl",
+        ROW.encode("utf-16") + b"\n",
+        "line 1, byte offset 0: not UTF-8 text (byte 0xff",
+    ),
+    ("not_utf8.jsonl", NOT_UTF8, NOT_UTF8_SAYS),
+    ("not_utf8.json", b'[\n{"a": "\xc3"}\n]', "line 2, byte offset 9: not UTF-8"),
     ("document.json", b'{"a": 1,\n "b": }', "line 2, column 7: not valid JSON"),
 ]
 
@@ -105,6 +119,20 @@ def test_missing_file_is_named_without_a_traceback(tmp_path):
         load_raw_dataset(str(path))
 
 
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 7, 1 << 20])
+def test_utf8_fault_counts_lines_and_bytes_across_chunks(tmp_path, chunk_size):
+    text = "héllo\n€ 𝄞\n"
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(text.encode() * 3)
+    assert utf8_fault(path, chunk_size) is None
+    path.write_bytes(text.encode() * 3 + "ok €".encode() + b"\xe2\x82")
+    offset = len(text.encode()) * 3 + len("ok €".encode())
+    assert utf8_fault(path, chunk_size) == (
+        f"line 7, byte offset {offset}: not UTF-8 text "
+        "(byte 0xe2; save the file as UTF-8)"
+    )
+
+
 def test_readable_files_have_no_fault_and_load(tmp_path):
     jsonl = tmp_path / "rows.jsonl"
     jsonl.write_text(GOOD + "\n")
@@ -140,18 +168,32 @@ def test_prepare_data_without_samples_is_one_line(
     assert not list(out.glob("*.arrow"))
 
 
-def test_prepare_data_with_a_truncated_file_is_one_line(
-    kimi_dir, tmp_path, monkeypatch, capsys
+@pytest.mark.parametrize(
+    "bad",
+    [
+        (
+            (GOOD + ROW[:30]).encode(),
+            (
+                "line 7, column 29: not valid JSON (Unterminated string starting "
+                "at); the last line, without a newline: was the file cut short?"
+            ),
+        ),
+        (NOT_UTF8, NOT_UTF8_SAYS),
+    ],
+    ids=["truncated", "not-utf8"],
+)
+def test_prepare_data_with_a_bad_file_is_one_line(
+    kimi_dir, tmp_path, monkeypatch, capsys, bad
 ):
+    content, says = bad
     data = tmp_path / "data.jsonl"
-    data.write_text(GOOD + ROW[:30])
+    data.write_bytes(content)
     assert _prepare_data(monkeypatch, kimi_dir, data, tmp_path / "out") == 1
     err = capsys.readouterr().err.splitlines()
     assert err[-2:] == [
         (
-            f"error: DataFileError: {data}: line 7, column 29: not valid JSON "
-            "(Unterminated string starting at); the last line, without a newline: "
-            "was the file cut short?; fix or remove it, or pass another --data"
+            f"error: DataFileError: {data}: {says}; "
+            "fix or remove it, or pass another --data"
         ),
         f"(set {TRACEBACK_ENV}=1 to see the traceback)",
     ]
