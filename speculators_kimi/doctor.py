@@ -182,38 +182,27 @@ def _weights_section(verifier: str, text_config: Any, report: Report, args) -> A
 
 def _shards_section(verifier: str, report: Report) -> None:
     """Each shard a local checkpoint's weight map names exists and is as long as
-    its header says (``safetensors`` checks that on open; no tensor is read).
+    its header says (:mod:`.verifier.shards`, the check the commands that load
+    the verifier make; no tensor is read).
 
     The embedding, head and norm shards are read by the weights section; a
     missing or torn layer shard would otherwise only fail the next command."""
-    from speculators.utils.verifier_weights.files import (
-        is_local,
-        read_shard_metadata,
-        read_weight_index,
-    )
-    from speculators.utils.verifier_weights.spec import VerifierWeightsError
+    from speculators.utils.verifier_weights.files import is_local
+
+    from .verifier.shards import check_shards
 
     if not is_local(verifier):
         return
-    by_shard: dict[str, list[str]] = {}
-    for key, shard in read_weight_index(verifier).items():
-        by_shard.setdefault(shard, []).append(key)
+    checks = check_shards(verifier)
     report.shards = []
-    for shard, keys in sorted(by_shard.items()):
-        record: dict[str, Any] = {"shard": shard, "tensors": len(keys), "ok": True}
-        report.shards.append(record)
-        path = Path(verifier) / shard
-        try:
-            read_shard_metadata(path)
-        except VerifierWeightsError as err:
-            record["ok"] = False
-            named = ", ".join(sorted(keys)[:3]) + (", ..." if len(keys) > 3 else "")
-            state = "missing" if not path.is_file() else "unreadable"
-            cause = "" if state == "missing" else f" ({err.__cause__ or err})"
+    for check in checks:
+        report.shards.append(
+            {"shard": check.shard, "tensors": len(check.keys), "ok": check.ok}
+        )
+        if not check.ok:
             report.problems.append(
                 Problem(
-                    f"Shard {path} is {state}{cause}; the weight map puts "
-                    f"{len(keys)} tensors there ({named}).",
+                    f"{check.problem()}.",
                     "Re-download the checkpoint (or this shard) and run doctor again.",
                 )
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -44,6 +45,7 @@ from speculators_kimi.tiny_verifier import (
     write_checkpoint,
 )
 from speculators_kimi.verifier import capture_hidden_states, load_text_verifier
+from speculators_kimi.verifier.shards import BrokenShardError
 
 CLI = [sys.executable, "-m", "speculators_kimi.datagen"]
 
@@ -356,6 +358,47 @@ def test_missing_weights_is_a_clear_error(kimi, tmp_path):
         r"layers\.3\.mlp\.gate\.weight",
     ):
         load_text_verifier(broken)
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_a_broken_layer_shard_is_one_line(kimi, tmp_path, monkeypatch, capsys, damage):
+    """A layer shard of the weight map (no tensor the resolver reads) that is
+    missing or cut short: one line naming it and the fix, before any output."""
+    from speculators_kimi import cli
+
+    verifier = tmp_path / "verifier"
+    verifier.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (verifier / name).write_bytes((kimi / name).read_bytes())
+    tensors = load_file(kimi / "model.safetensors")
+    layers = sorted(k for k in tensors if ".layers." in k)
+    write_checkpoint(verifier, tensors, shards=[layers, []])
+    shard = verifier / "model-00001-of-00002.safetensors"
+    size = shard.stat().st_size
+    if damage == "missing":
+        shard.unlink()
+        state = "missing"
+    else:
+        shard.write_bytes(shard.read_bytes()[:-16])
+        state = f"truncated ({size - 16} of {size} bytes)"
+    data = _rows_dataset(tmp_path / "data", [[2, 5, 9, 11], [2, 8, 3]])
+    out = tmp_path / "hs"
+    monkeypatch.delenv("SPECULATORS_TRACEBACK", raising=False)
+    argv = ["generate-hidden-states", "--verifier", str(verifier)]
+    argv += ["--data-path", str(data), "--output-dir", str(out), "--no-progress"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-2] == (
+        f"error: Shard {shard} is {state}; the weight map puts {len(layers)} "
+        f"tensors there ({', '.join(layers[:3])}, ...); re-download the "
+        "checkpoint (or this shard), then rerun (`speculators-kimi doctor "
+        f"{verifier}` checks every shard)"
+    )
+    assert "Traceback" not in err
+    assert not out.exists()
+    # The other commands that load the verifier (evaluate, the demo) refuse it too.
+    with pytest.raises(BrokenShardError, match=f"Shard {shard} is {re.escape(state)}"):
+        load_text_verifier(verifier)
 
 
 def test_generate_in_process_matches_model(kimi, tmp_path):

@@ -183,7 +183,7 @@ def test_every_shard_of_the_index_is_checked(tmp_path, capsys, damage):
     code, report = _doctor(capsys, str(path), "--check-values")
     assert code == 1
     (problem,) = report["problems"]
-    state = "missing" if damage == "missing" else "unreadable"
+    state = "missing" if damage == "missing" else "truncated ("
     assert f"Shard {shard} is {state}" in problem["problem"]
     assert "language_model.model.layers.0.input_layernorm.weight" in problem["problem"]
     assert "Re-download" in problem["fix"]

@@ -30,6 +30,7 @@ from ..verifier.loading import (
     load_text_verifier,
     local_verifier,
 )
+from ..verifier.shards import require_whole_shards
 from . import store
 from .plan import check_context, default_target_layer_ids, plan_batches
 from .ranks import current_ranks
@@ -162,6 +163,7 @@ def generate_hidden_states(
     :raises OtherVerifierError: see ``on_mismatch``.
     :raises OutputDirError: the output directory cannot be written.
     :raises VerifierWeightsError: the decoder's weights cannot be located.
+    :raises BrokenShardError: a shard of the weight map is missing or damaged.
     :raises DataCheckError: ``data_path`` is not a prepare-data dataset.
     """
     from datasets import load_from_disk
@@ -191,6 +193,8 @@ def generate_hidden_states(
     layer_ids = default_target_layer_ids(
         verifier, target_layer_ids, trust_remote_code=trust_remote_code
     )
+    # Before anything reads a shard (the fingerprint, a resume's checks, the load).
+    require_whole_shards(local_verifier(verifier))
     _prepare_output_dir(out_dir)
     if ranks.is_main:  # not while another rank may be writing one
         store.remove_stale_temps(out_dir)

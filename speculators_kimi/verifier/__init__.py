@@ -8,6 +8,8 @@ generation, reply regeneration and evaluation.
 * :mod:`.causal`: the decoder plus its full output head over a KV cache: logits
   and aux states per forward.
 * :mod:`.greedy`: the verifier's own greedy decoding of a batch of prompts.
+* :mod:`.shards`: every shard of the weight map there and whole (doctor's check,
+  made before loading).
 """
 
 from __future__ import annotations

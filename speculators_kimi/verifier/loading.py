@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import CommandError, MissingInputError
+from .shards import require_whole_shards
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -252,6 +253,7 @@ def load_text_verifier(
         ``accelerate`` (``device`` is then ignored); see :class:`Placement`.
     :returns: ``(decoder, text_config, decoder_prefix)``.
     :raises FileNotFoundError: ``verifier`` is not a local directory.
+    :raises BrokenShardError: a shard of its weight map is missing or damaged.
     :raises VerifierWeightsError: the decoder cannot be located, or some of its
         weights are not under the prefix.
     """
@@ -259,6 +261,7 @@ def load_text_verifier(
     from speculators.utils.verifier_weights import VerifierWeightsError
 
     path = local_verifier(verifier)
+    require_whole_shards(path)
     text_config = load_text_config(str(path), trust_remote_code=trust_remote_code)
     prefix = decoder_prefix(
         path,
