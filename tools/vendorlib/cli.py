@@ -1,4 +1,5 @@
-"""`tools/vendor`: materialize, check, export, rebase, status, pr, test-series."""
+"""`tools/vendor`: materialize, check, export, rebase, status, pr, test-series,
+dropin."""
 
 from __future__ import annotations
 
@@ -154,16 +155,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_test_series(args: argparse.Namespace) -> int:
     from .stepwise import run_series
 
-    python = args.python
-    if python is None:
-        venv = args.root / ".venv" / "bin" / "python"
-        python = str(venv) if venv.is_file() else sys.executable
     suite = None if args.no_suite else args.upstream_suite
     if suite is None and not args.no_suite:
         suite = args.root.parent / "shared" / "upstream-suite"
     return run_series(
         args.root,
-        str(Path(python).absolute()),
+        _python(args),
         suite,
         units_arg=args.units,
         json_out=Path(args.json) if args.json else None,
@@ -171,7 +168,40 @@ def cmd_test_series(args: argparse.Namespace) -> int:
         keep=args.keep,
         jobs=args.jobs,
         skip_installed=args.skip_installed,
+        dropin=args.dropin,
     )
+
+
+def _python(args: argparse.Namespace) -> str:
+    """``--python``, else the project's .venv interpreter, else this one."""
+    python = args.python
+    if python is None:
+        venv = args.root / ".venv" / "bin" / "python"
+        python = str(venv) if venv.is_file() else sys.executable
+    return str(Path(python).absolute())
+
+
+def cmd_dropin(args: argparse.Namespace) -> int:
+    from .dropin.check import run_dropin
+    from .dropin.compare import report
+
+    run = run_dropin(
+        args.root,
+        _python(args),
+        tree=args.tree,
+        units=args.units.split(",") if args.units else None,
+        checkpoints={
+            label: Path(path)
+            for label, _, path in (c.partition("=") for c in args.checkpoint)
+        },
+        kinds=tuple(args.kinds.split(",")),
+        jobs=args.jobs,
+        sdist=args.sdist,
+        select=args.select,
+    )
+    print(report(run.comparison))
+    print(f"{run.cases} cases on both trees in {run.seconds:.0f} s")
+    return 0 if run.comparison.ok else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -246,7 +276,34 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the last tree when the installed speculators is exactly it",
     )
+    t.add_argument(
+        "--dropin",
+        action="store_true",
+        help="also compare each tree's API and commands with the pin's (dropin)",
+    )
     t.set_defaults(func=cmd_test_series)
+
+    d = sub.add_parser(
+        "dropin",
+        help="upstream's API and commands on the pinned release and ours, compared",
+    )
+    d.add_argument("--tree", type=Path, help="a source tree (default: the install)")
+    d.add_argument(
+        "--units", metavar="A,B", help="units applied to --tree (default: all)"
+    )
+    d.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="a trained checkpoint both trees load (repeatable)",
+    )
+    d.add_argument("--kinds", default="api,cli", help="api, cli or both")
+    d.add_argument("--select", default="*", help="a glob over case names")
+    d.add_argument("--python", help="interpreter (default .venv/bin/python)")
+    d.add_argument("--jobs", type=int, default=2, metavar="N", help="cases at a time")
+    d.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
+    d.set_defaults(func=cmd_dropin)
     return parser
 
 

@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .dropin.compare import Comparison
+from .dropin.compare import report as dropin_report
 from .errors import VendorError
 from .pin import Unit, load_pin, load_series
 from .pytest_run import run_pytest, tree_env
@@ -131,13 +133,15 @@ class UnitReport:
     own: OwnResult
     seconds: float
     skipped: str = ""
+    dropin: Comparison | None = None
 
     @property
     def ok(self) -> bool:
         suite_ok = self.suite is None or (
             self.suite.rc == 0 and not self.suite.regressed
         )
-        return suite_ok and not self.own.failed
+        dropin_ok = self.dropin is None or self.dropin.ok
+        return suite_ok and dropin_ok and not self.own.failed
 
 
 def imported_from(python: str, tree: Path, cwd: Path) -> str:
@@ -287,6 +291,9 @@ def _line(r: UnitReport) -> str:
         n = len(r.own.files)
         own = f"units' {r.own.passed} passed, {len(r.own.failed)} failed "
         own += f"({n} file{'s' if n > 1 else ''}, {len(r.own.own)} its own)"
+    if r.dropin is not None:
+        unstated = len(r.dropin.findings) + len(r.dropin.stale)
+        own += " drop-in " + ("ok" if r.dropin.ok else f"{unstated} unstated")
     return f"  {r.unit:40} {suite:30} {own:50} {r.seconds:6.0f} s  " + (
         "ok" if r.ok else "FAIL"
     )
@@ -301,6 +308,10 @@ def _problems(r: UnitReport) -> list[str]:
                 f"{r.unit}: upstream suite failed (rc={r.suite.rc}):\n{r.suite.tail}"
             )
     out += [f"{r.unit}: unit test failed: {t}" for t in r.own.failed]
+    if r.dropin is not None and not r.dropin.ok:
+        out.append(
+            f"{r.unit}: drop-in check against the pin:\n{dropin_report(r.dropin)}"
+        )
     if r.own.failed:
         out.append(f"{r.unit}: pytest said:\n{r.own.tail}")
     return out
@@ -337,8 +348,13 @@ def run_series(
     keep: bool = False,
     jobs: int = 1,
     skip_installed: bool = False,
+    dropin: bool = False,
 ) -> int:
-    """Test each (selected) unit on pin + units up to it; print a line per unit."""
+    """Test each (selected) unit on pin + units up to it; print a line per unit.
+
+    ``dropin``: also run the drop-in check (`dropin.check`) on each tree against
+    the pin, held to the differences the tree's units state.
+    """
     if suite is not None and not (
         (suite / "snapshot" / "tests" / "unit").is_dir()
         and (suite / "baseline.txt").is_file()
@@ -386,6 +402,24 @@ def run_series(
                 )
                 reports.append(report)
                 print(_line(report), flush=True)
+        checked: dict[str, Comparison] = {}
+        if dropin and trees:
+            from .dropin.check import run_series_dropin
+
+            t0 = time.monotonic()
+            sdist_path = obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist)
+            checked = run_series_dropin(
+                root,
+                python,
+                [(unit.name, tree) for unit, tree, _ in trees],
+                extract(sdist_path, scratch / "pristine"),
+                jobs=max(1, jobs),
+            )
+            print(
+                f"drop-in check of {len(checked)} trees against the pin: "
+                f"{time.monotonic() - t0:.0f} s",
+                flush=True,
+            )
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             # Later trees hold more tests: start them first, so that no job is
             # left alone with the longest tree at the end.
@@ -395,6 +429,7 @@ def run_series(
             ]
             for future in as_completed(futures):
                 report = future.result()
+                report.dropin = checked.get(report.unit)
                 reports.append(report)
                 print(_line(report), flush=True)
     finally:
