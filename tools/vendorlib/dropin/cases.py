@@ -16,6 +16,9 @@ a flat dict of JSON values (key -> value), compared key by key across the trees.
   ``cli:commands``: every command's ``--help`` and the usage errors upstream
   answers itself, one after another in one interpreter (they share the
   import-first module, the entry point), keyed ``<argv>:exit`` and so on.
+- ``run:<name>``: an upstream command that writes a dataset on CPU (``{out}`` in
+  its argv is a fresh folder), given by the caller with its inputs: its exit
+  code and what it wrote (files, rows, a digest per column).
 """
 
 from __future__ import annotations
@@ -307,8 +310,40 @@ def run_cli(case: Case, tree: str) -> dict[str, Any]:
     return out
 
 
+def _dataset_rows(path: Path) -> dict[str, Any]:
+    """What a prepared dataset holds: files, row count, a digest per column."""
+    from datasets import load_from_disk
+
+    files = sorted(
+        p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()
+    )
+    if not (path / "dataset_info.json").is_file():
+        return {"files": files}
+    dataset = load_from_disk(str(path)).with_format(None)
+    columns = {
+        name: hashlib.sha256(
+            json.dumps(list(dataset[name]), default=str).encode()
+        ).hexdigest()
+        for name in dataset.column_names
+    }
+    return {"files": files, "rows": len(dataset), "columns": columns}
+
+
+def run_command(case: Case, tree: str) -> dict[str, Any]:
+    """A command that writes a dataset (``{out}`` in its argv): exit and rows.
+
+    Its logs hold timings, so only the exit code and what it wrote compare.
+    """
+    out = tempfile.mkdtemp(prefix="dropin-run-")
+    argv = tuple(a.replace("{out}", out) for a in case.argvs[0])
+    result = _run_argv(argv, tree)
+    return {"exit": result["exit"], "output": _dataset_rows(Path(out))}
+
+
 def run_case(case: Case, tree: str) -> dict[str, Any]:
-    """The case's result on this process's tree (``pristine`` or ``ours``)."""
+    """The case's result on this process's tree (``pristine`` or ours)."""
     if case.kind == "api":
         return use_api(case)
+    if case.kind == "run":
+        return run_command(case, tree)
     return run_cli(case, tree)
