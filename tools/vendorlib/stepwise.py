@@ -230,6 +230,30 @@ def read_baseline(suite: Path) -> set[str]:
     return set((suite / "baseline.txt").read_text().splitlines()) - {""}
 
 
+def source_files(unit: Unit) -> set[str]:
+    """The upstream source files (``src/``) a unit adds or its diff changes."""
+    found = {rel.as_posix() for rel in unit.new_files()}
+    if unit.patch.is_file():
+        found |= set(patched_files(unit.patch.read_text()))
+    return {rel for rel in found if rel.startswith("src/")}
+
+
+def relevant_test_files(units: list[Unit], i: int, tree: Path) -> list[str]:
+    """The test files tree ``i`` (pin + units[:i+1]) runs besides upstream's suite.
+
+    The unit's own tests, and those of each earlier unit that changes a source
+    file this unit changes too: a unit can only break another's tests through
+    code both touch. (Every unit's tests run together on the last tree, the
+    install: tests/test_vendor_build.py.)
+    """
+    mine = source_files(units[i])
+    wanted = set(own_test_files(units[i]))
+    for earlier in units[:i]:
+        if source_files(earlier) & mine:
+            wanted |= set(own_test_files(earlier))
+    return [rel for rel in tree_test_files(tree) if rel in wanted]
+
+
 def check_tree(
     python: str,
     suite: Path | None,
@@ -237,10 +261,12 @@ def check_tree(
     tree: Path,
     where: str,
     one_thread: bool = False,
+    files: list[str] | None = None,
 ) -> UnitReport:
-    """One pytest on the tree: upstream's suite and every unit's tests so far."""
+    """One pytest on the tree: upstream's suite and the units' tests ``files``
+    (default: every unit's tests so far)."""
     t0 = time.monotonic()
-    files = tree_test_files(tree)
+    files = tree_test_files(tree) if files is None else files
     own = OwnResult(files, own=own_test_files(unit))
     env = tree_env(tree / "src", one_thread)
     if suite is not None:
@@ -423,8 +449,16 @@ def run_series(
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             # Later trees hold more tests: start them first, so that no job is
             # left alone with the longest tree at the end.
+            index = {u.name: i for i, u in enumerate(units)}
             futures = [
-                pool.submit(check_tree, python, suite, *t, one_thread=jobs > 1)
+                pool.submit(
+                    check_tree,
+                    python,
+                    suite,
+                    *t,
+                    one_thread=jobs > 1,
+                    files=relevant_test_files(units, index[t[0].name], t[1]),
+                )
                 for t in reversed(trees)
             ]
             for future in as_completed(futures):

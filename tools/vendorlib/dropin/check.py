@@ -20,6 +20,7 @@ from ..errors import VendorError
 from ..pin import Unit, load_pin, load_series
 from ..pytest_run import tree_env
 from ..sdist import extract, obtain
+from ..stepwise import source_files
 from .cases import Case, api_cases, cli_cases
 from .compare import Comparison, compare, load_intended
 
@@ -150,7 +151,7 @@ def relevant_cases(unit: Unit, cases: list[Case]) -> list[str]:
     """
     touched = {
         ".".join(Path(rel).parent.parts[1:])
-        for rel in unit_source_files(unit)
+        for rel in source_files(unit)
         if rel.startswith("src/speculators/")
     }
     return [
@@ -160,16 +161,6 @@ def relevant_cases(unit: Unit, cases: list[Case]) -> list[str]:
         or c.package == "speculators"
         or any(t == c.package or t.startswith(c.package + ".") for t in touched)
     ]
-
-
-def unit_source_files(unit: Unit) -> set[str]:
-    """The upstream paths a unit adds (``files/``) or its diff changes."""
-    found = {rel.as_posix() for rel in unit.new_files()}
-    if unit.patch.is_file():
-        for line in unit.patch.read_text().splitlines():
-            if line.startswith("diff --git a/"):
-                found.add(line.split(" b/", 1)[1])
-    return found
 
 
 def run_series_dropin(
