@@ -403,10 +403,8 @@ def run_series(
     reports: list[UnitReport] = []
     start = time.monotonic()
     try:
-        stage = extract(
-            obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist),
-            scratch / "stage",
-        )
+        sdist_path = obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist)
+        stage = extract(sdist_path, scratch / "stage")
         trees, broken = prepare_trees(units, wanted, stage, scratch, python)
         print(
             f"{pin.name} {pin.version} + each unit with the ones before it: "
@@ -433,7 +431,6 @@ def run_series(
             from .dropin.check import run_series_dropin
 
             t0 = time.monotonic()
-            sdist_path = obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist)
             checked = run_series_dropin(
                 root,
                 python,

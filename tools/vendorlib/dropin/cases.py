@@ -167,12 +167,14 @@ def _schema_summary(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _weights_digest(model: Any) -> dict[str, Any]:
     """The loaded model's class, state keys and a digest of every tensor's bytes."""
+    import torch
+
     digest = hashlib.sha256()
     state = model.state_dict()
     for key in sorted(state):
         tensor = state[key].detach().contiguous().cpu()
         digest.update(key.encode())
-        digest.update(tensor.view(-1).view(dtype=__import__("torch").uint8).numpy())
+        digest.update(tensor.view(-1).view(dtype=torch.uint8).numpy())
     return {
         "class": type(model).__name__,
         "keys": sorted(state),

@@ -20,7 +20,7 @@ from ..errors import VendorError
 from ..pin import Unit, load_pin, load_series
 from ..pytest_run import tree_env
 from ..sdist import extract, obtain
-from ..stepwise import source_files
+from ..stepwise import installed_package, source_files
 from .cases import Case, api_cases, cli_cases
 from .compare import Comparison, compare, load_intended
 
@@ -42,15 +42,10 @@ def pristine_tree(root: Path, scratch: Path, sdist: Path | None = None) -> Path:
 
 def installed_src(python: str) -> Path:
     """The folder the install imports `speculators` from (its `src/`)."""
-    code = "import importlib.util as u; print(u.find_spec('speculators').origin)"
-    proc = subprocess.run(
-        [python, "-c", code], env=tree_env(None), capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        raise VendorError(
-            f"{python}: speculators is not installed: {proc.stderr[-300:]}"
-        )
-    return Path(proc.stdout.strip()).parent.parent
+    package = installed_package(python, Path.cwd())
+    if package is None:
+        raise VendorError(f"{python}: speculators is not installed")
+    return package.parent
 
 
 def select_cases(

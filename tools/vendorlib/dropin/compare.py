@@ -35,8 +35,6 @@ class Intended:
     keys: list[str]
     changes: list[str]
     why: str
-    used: int = 0
-    seen: int = 0
 
     def applies(self, case: str, key: str) -> bool:
         return any(fnmatch.fnmatchcase(case, c) for c in self.cases) and any(
@@ -163,6 +161,8 @@ def compare(
     of its changes was observed.
     """
     result = Comparison()
+    seen: set[int] = set()  # entries that apply to a compared value
+    used: set[int] = set()  # entries that allowed a change
     for case in sorted(set(pristine) | set(ours)):
         a, b = _values(
             pristine.get(case, {"error": "not run"}),
@@ -171,19 +171,17 @@ def compare(
         for key in sorted(set(a) | set(b)):
             result.compared += 1
             entries = [e for e in intended if e.applies(case, key)]
-            for e in entries:
-                e.seen += 1
+            seen.update(id(e) for e in entries)
             if a.get(key) == b.get(key):
                 continue
             for change in changes(a.get(key), b.get(key)) or ["(same words)"]:
                 allowing = allowed_by(change, entries)
-                for e in allowing or []:
-                    e.used += 1
+                used.update(id(e) for e in allowing or [])
                 if allowing:
                     result.allowed += 1
                 else:
                     result.findings.append(Finding(case, key, change))
-    result.stale = [e for e in intended if e.seen and not e.used]
+    result.stale = [e for e in intended if id(e) in seen and id(e) not in used]
     return result
 
 
