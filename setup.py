@@ -31,6 +31,8 @@ KIMI_REQUIREMENTS = ["tiktoken>=0.7"]
 # them against this install, see .ci/run); build and twine: the release checks.
 TEST_REQUIREMENTS = [
     "pytest>=8",
+    # -n auto in pyproject.toml: the suite on every core (tests/conftest.py schedules it).
+    "pytest-xdist>=3.6",
     "ruff>=0.15",
     "mypy>=1.10",
     "tomli-w>=1.0",

@@ -1,4 +1,6 @@
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import ROOT, clean_copy, demo_command, json_report, pinned_sdist, run
@@ -6,12 +8,52 @@ from helpers import ROOT, clean_copy, demo_command, json_report, pinned_sdist, r
 #: Fixtures that take well over 20 s to build: a test that uses one is ``slow``
 #: (the fast loop, ``pytest -m "not slow"``, leaves it to CI).
 HEAVY_FIXTURES = {"trained_demo", "trained_mla_demo", "release"}
+#: Session fixtures several files share, and the files that use them: under
+#: ``pytest -n`` (pytest-xdist, as the project's pytest settings run it) those files
+#: run on one worker, so each demo is trained once per run.
+SHARED_DEMOS = {"trained_demo", "trained_mla_demo"}
+DEMO_FILES = {
+    "tests/kernels/test_backend_triton.py",
+    "tests/test_demo.py",
+    "tests/test_dropin.py",
+    "tests/test_evaluate.py",
+    "tests/test_export.py",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if HEAVY_FIXTURES & names:
             item.add_marker(pytest.mark.slow)
+        where = item.nodeid.split("::", 1)[0]
+        if SHARED_DEMOS & names and where not in DEMO_FILES:
+            raise pytest.UsageError(
+                f"{where} uses {sorted(SHARED_DEMOS & names)}: add it to DEMO_FILES "
+                "in tests/conftest.py (its tests then share the demos' worker)"
+            )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core, at most 4 (the suite's memory is sized
+    for that; CI has 2 cores)."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Whole files per worker (their module fixtures built once), the files in
+    ``DEMO_FILES`` all on one (pytest-xdist's own ``xdist_group`` does not work
+    with pytest 9.2, whose items ignore the node id xdist rewrites)."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class DemoFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            where = nodeid.split("::", 1)[0]
+            return "demo files" if where in DEMO_FILES else where
+
+    return DemoFilesTogether(config, log)
 
 
 @pytest.fixture(scope="session")
