@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import shutil
 import statistics
@@ -24,9 +23,13 @@ from pathlib import Path
 
 from bench_common import cpu_model  # this directory
 
+from speculators_kimi.cli_args import save_json_report
+
 
 def commands() -> dict[str, list[str]]:
-    script = shutil.which("speculators") or str(Path(sys.executable).parent / "speculators")
+    script = shutil.which("speculators") or str(
+        Path(sys.executable).parent / "speculators"
+    )
     return {
         "import speculators": [sys.executable, "-c", "import speculators"],
         "speculators --version": [script, "--version"],
@@ -66,7 +69,7 @@ def main() -> int:
             "repeats": args.repeats,
             "results": rows,
         }
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        save_json_report(report, args.json, show=False)
     return 0
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import shutil
 import subprocess
@@ -26,6 +25,8 @@ import time
 from pathlib import Path
 
 from bench_common import cpu_model  # this directory
+
+from speculators_kimi.cli_args import save_json_report
 
 ARGS = ["--batch-size", "8", "--dtype", "float32", "--no-progress", "--device", "cpu"]
 
@@ -99,10 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         "speedup_best_of": round(min(one) / min(many), 3),
         "same_bytes": same,
     }
-    text = json.dumps(result, indent=2) + "\n"
-    if args.json:
-        args.json.write_text(text)
-    print(text)
+    save_json_report(result, args.json)
     return 0 if same else 1
 
 

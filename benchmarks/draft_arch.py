@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import shutil
 import statistics
 import tempfile
@@ -36,6 +35,8 @@ from typing import Any
 
 import torch
 from bench_common import cpu_model, status  # this directory (run as a script)
+
+from speculators_kimi.cli_args import save_json_report
 
 ARCHS = ("llama", "deepseek_v3")
 #: Kimi-K2.5's text config (DeepSeek-V3 geometry), as its config.json ships it.
@@ -238,10 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             "rss_anon_bytes_after": status("RssAnon"),
             "vm_hwm_bytes": status("VmHWM"),
         }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    save_json_report(result, args.json)
     return 0
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import math
 import statistics
 import sys
@@ -54,6 +53,7 @@ if str(ROOT) not in sys.path:
 
 from bench_common import device_name  # noqa: E402  (this directory)
 
+from speculators_kimi.cli_args import save_json_report  # noqa: E402
 from speculators_kimi.kernels import document_layout, draft_attention  # noqa: E402
 
 IMPLS = ("triton", "flex", "sdpa")
@@ -482,7 +482,7 @@ def write(result: dict[str, Any], out: Path | None) -> None:
     if out is None:
         return
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    save_json_report(result, out, show=False)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ backward on CPU); its timings are interpreter timings, not performance figures.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -25,6 +24,8 @@ from typing import Any
 
 import torch
 from bench_common import device_name  # this directory (run as a script)
+
+from speculators_kimi.cli_args import save_json_report
 
 
 @dataclass(frozen=True)
@@ -174,11 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     base = result["results"][baseline]["median_step_s"]
     ours = result["results"]["triton"]["median_step_s"]
     result["speedup_vs_baseline"] = base / ours
-    text = json.dumps(result, indent=2)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+    save_json_report(result, args.out)
     return 0
 
 

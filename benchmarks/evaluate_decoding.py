@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import statistics
 import sys
 import tempfile
@@ -30,6 +29,8 @@ from pathlib import Path
 
 import torch
 from bench_common import cpu_model, status  # this directory (run as a script)
+
+from speculators_kimi.cli_args import save_json_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,10 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_anon_bytes_after": status("RssAnon"),
         "vm_hwm_bytes": status("VmHWM"),
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    save_json_report(result, args.json)
     return 0
 
 

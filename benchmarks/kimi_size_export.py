@@ -32,6 +32,8 @@ from bench_common import (  # this directory
     status,
 )
 
+from speculators_kimi.cli_args import save_json_report
+
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT_VOCAB = 32000
 HUB_ID = "moonshotai/Kimi-K2.5"
@@ -137,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "vm_hwm_bytes": status("VmHWM"),
         "rss_anon_bytes": status("RssAnon"),
     }
-    text = json.dumps(result, indent=2) + "\n"
-    if args.json:
-        args.json.write_text(text)
-    print(text)
+    save_json_report(result, args.json)
     return 0
 
 

@@ -48,6 +48,8 @@ from bench_common import (  # this directory (run as a script)
     kimi_size_verifier,
 )
 
+from speculators_kimi.cli_args import save_json_report
+
 DRAFT_VOCAB = 32768
 
 
@@ -318,11 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                 / up["peak_virtual_mib_median"],
             },
         }
-        text = json.dumps(result, indent=2)
-        print(text)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(text + "\n")
+        save_json_report(result, args.out)
     finally:
         shutil.rmtree(workdir / "upstream", ignore_errors=True)
         if not args.keep:

@@ -118,15 +118,28 @@ def add_json_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def emit_report(report: dict[str, Any], text: str, args: argparse.Namespace) -> None:
-    """Print ``text`` (or ``report`` as JSON) and write the JSON where ``--json``
-    says (values JSON cannot hold, such as paths, as strings)."""
+def save_json_report(
+    report: dict[str, Any], path: Path | str | None, *, show: bool = True
+) -> str:
+    """The one ending of every JSON report (commands, benchmarks, checks): the
+    report as indented JSON (values JSON cannot hold, such as paths, as strings),
+    printed when ``show``, and written to ``path`` (its folder made) when given.
+    Returns the text."""
     as_json = json.dumps(report, indent=2, default=str) + "\n"
-    if args.json == "-":
+    if show:
         sys.stdout.write(as_json)
-        return
-    print(text)
-    if args.json:
-        path = Path(args.json)
+    if path:
+        path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(as_json)
+    return as_json
+
+
+def emit_report(report: dict[str, Any], text: str, args: argparse.Namespace) -> None:
+    """Print ``text`` (or ``report`` as JSON) and write the JSON where ``--json``
+    says."""
+    if args.json == "-":
+        save_json_report(report, None)
+        return
+    print(text)
+    save_json_report(report, args.json, show=False)

@@ -78,6 +78,8 @@ from pathlib import Path
 
 from vllmcheck.env import default_env, ensure_env  # tools/ (this script's directory)
 
+from speculators_kimi.cli_args import save_json_report
+
 
 def inner(args: argparse.Namespace) -> dict:
     """The check for the export's layout (speculators format, or native MLA)."""
@@ -151,10 +153,7 @@ def main() -> int:
         return proc.returncode
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     report["check_seconds"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    save_json_report(report, args.json)
     return 0
 
 

@@ -5,9 +5,10 @@ decoding as vLLM does it and reports what users judge a draft by: tokens per
 verifier forward, per-position acceptance, and (greedy) whether the output equals
 the verifier's own.
 
-The modules, one job each:
+The modules, one job each (the verifier's decoder and head, with its aux states
+per forward, come from :mod:`speculators_kimi.verifier`, which
+``generate-hidden-states`` shares):
 
-* :mod:`.verifier`: the verifier's decoder and head, aux states per forward.
 * :mod:`.draft`: the draft run step by step over its KV cache.
 * :mod:`.decode`: one prompt's speculative (and plain greedy) decoding.
 * :mod:`.prompts`: prompts from a prepared dataset or a conversations JSONL.

@@ -1,7 +1,7 @@
 """The ``triton`` draft attention backend: our fused EAGLE-3 TTT attention kernels.
 
 Registered with upstream's draft attention backend registry through the
-``speculators.attention_backends`` entry point group (see ``setup.py``), so
+``speculators.attention_backends`` entry point group (see ``pyproject.toml``), so
 ``--draft-attn-impl triton`` selects it. Unlike the built-in backends it never
 materializes a mask: its "mask" is the packed sequence's document layout (ids and
 per-token document bounds, ``document_layout``) and the sliding window, computed

@@ -8,7 +8,8 @@ with its bundled ``ptxas``; ``ptxas -v`` then reports what the GPU must provide 
 program: registers per thread, spills, and (from Triton) shared memory.
 
 This is a static check (does it build, does it fit, does it spill), never a speed
-figure: ``speculators-kimi-kernels-compile --arch 90 --json report.json``.
+figure: ``python -m speculators_kimi.kernels.cross_compile --arch 90 --json
+report.json``.
 """
 
 from __future__ import annotations
