@@ -145,23 +145,15 @@ def kimi_size(tmp: Path) -> dict[str, Any]:
     """Trainable parameters and doctor's memory estimate at Kimi-K2.5 size."""
     from transformers import DeepseekV3Config
 
-    from speculators_kimi.doctor import draft_options, estimate_memory
+    from speculators_kimi.doctor import DraftChoices, draft_options, estimate_memory
 
     verifier = tmp / "kimi-k2.5-text"
     DeepseekV3Config(**KIMI_K25_TEXT).save_pretrained(verifier)
     out = {}
     for arch in ARCHS:
         config = draft_config(verifier, arch)
-        flags = argparse.Namespace(
-            draft_arch=arch,
-            num_layers=1,
-            norm_before_fc=None,
-            norm_output=None,
-            fc_norm=False,
-        )
-        memory = estimate_memory(
-            config, draft_vocab=32000, options=draft_options(str(verifier), flags)
-        )
+        options = draft_options(str(verifier), DraftChoices(arch=arch))
+        memory = estimate_memory(config, draft_vocab=32000, options=options)
         out[arch] = {
             "trainable_params": memory["trainable_params"],
             "frozen_params": memory["frozen_params"],

@@ -46,7 +46,7 @@ def build_checkpoint(verifier: Path, arch: str, out: Path) -> dict:
     from speculators.train.cli import build_draft_model
     from speculators.train.config import TrainConfig
 
-    from speculators_kimi.doctor import draft_options, draft_params
+    from speculators_kimi.doctor import DraftChoices, draft_options, draft_params
     from speculators_kimi.evaluate.session import cast_draft
 
     argv = ["--verifier-name-or-path", str(verifier), "--data-path", "unused"]
@@ -62,12 +62,11 @@ def build_checkpoint(verifier: Path, arch: str, out: Path) -> dict:
     params = list(model.parameters())
     trainable = sum(p.numel() for p in params if p.requires_grad)
     frozen = sum(p.numel() for p in params if not p.requires_grad)
-    flags = argparse.Namespace(draft_arch=arch, num_layers=1)
     doctor = draft_params(
         model.config.transformer_layer_config,
         draft_vocab=DRAFT_VOCAB,
         num_aux=len(model.config.eagle_aux_hidden_state_layer_ids),
-        options=draft_options(str(verifier), flags),
+        options=draft_options(str(verifier), DraftChoices(arch=arch)),
     )
     cast_draft(model, torch.bfloat16).save_pretrained(out)
     del model, params

@@ -1,0 +1,136 @@
+"""What the verifier checkpoint says, read without tensor data: the resolved text
+config (and any quantization), the exact embedding / head / final-norm keys
+training would use, and whether every shard of the weight map is there and whole.
+
+Each section fills its part of a :class:`~.report.Report`. The logic lives in
+the patched ``speculators`` (``speculators.utils.text_config`` and
+``speculators.utils.verifier_weights``) and in :mod:`speculators_kimi.verifier`;
+it is imported when a section runs, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .report import Problem, Report
+
+__all__ = [
+    "TEXT_FIELDS",
+    "shards_section",
+    "text_config_section",
+    "weights_section",
+]
+
+#: The text-config fields the report shows.
+TEXT_FIELDS = (
+    "model_type",
+    "hidden_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "tie_word_embeddings",
+    "kv_lora_rank",
+    "v_head_dim",
+    "num_nextn_predict_layers",
+)
+
+
+def _find_path(node: Any, target: Any, prefix: str = "") -> str | None:
+    """Dotted path of ``target`` (by identity) inside a nested config dict."""
+    if node is target:
+        return prefix or "(top level)"
+    if isinstance(node, dict):
+        for key, child in node.items():
+            found = _find_path(child, target, f"{prefix}.{key}" if prefix else key)
+            if found is not None:
+                return found
+    return None
+
+
+def text_config_section(verifier: str, trust_remote_code: bool, report: Report) -> Any:
+    """The text config training resolves, where it was found, and any
+    quantization the config declares; returns the text config for the sections
+    after it."""
+    from speculators.utils.text_config import (
+        load_config_dict,
+        load_text_config,
+        text_config_dict,
+        ties_word_embeddings,
+    )
+
+    config_dict = load_config_dict(verifier)
+    text_dict = text_config_dict(config_dict)
+    text_config = load_text_config(verifier, trust_remote_code=trust_remote_code)
+    section = {name: getattr(text_config, name, None) for name in TEXT_FIELDS}
+    section["found_at"] = _find_path(config_dict, text_dict)
+    section["config_file"] = str(
+        Path(verifier) / "config.json" if Path(verifier).is_dir() else verifier
+    )
+    section["tie_word_embeddings"] = ties_word_embeddings(config_dict)
+    report.text_config = section
+    for where, node in (("text config", text_dict), ("config", config_dict)):
+        quant = node.get("quantization_config") if isinstance(node, dict) else None
+        if quant:
+            method = quant.get("quant_method", "?")
+            fmt = quant.get("format") or quant.get("fmt") or ""
+            report.quantization.append(f"{where}: {method} {fmt}".strip())
+    return text_config
+
+
+def weights_section(
+    verifier: str,
+    text_config: Any,
+    report: Report,
+    overrides: Mapping[str, str | None],
+) -> Any:
+    """The weight keys training would use (``overrides``: the ``--verifier-*``
+    flags as ``resolve_verifier_weights`` keywords); returns the weight spec."""
+    from speculators.utils.verifier_weights import resolve_verifier_weights
+
+    spec = resolve_verifier_weights(verifier, text_config=text_config, **overrides)
+    report.weights = json.loads(json.dumps(dataclasses.asdict(spec)))
+    # The flags that pin this resolution (train and generate-hidden-states).
+    report.weights["overrides"] = {
+        "verifier_weight_prefix": spec.prefix,
+        "verifier_embed_key": spec.embed.key,
+        "verifier_head_key": spec.head.key,
+        "verifier_norm_key": spec.norm.key if spec.norm else None,
+    }
+    if spec.quantization:
+        report.quantization.append(f"output head: {spec.quantization}")
+    return spec
+
+
+def shards_section(verifier: str, report: Report) -> None:
+    """Each shard a local checkpoint's weight map names exists and is as long as
+    its header says (:mod:`speculators_kimi.verifier.shards`, the check the
+    commands that load the verifier make; no tensor is read).
+
+    The embedding, head and norm shards are read by the weights section; a
+    missing or torn layer shard would otherwise only fail the next command."""
+    from speculators.utils.verifier_weights.files import is_local
+
+    from ..verifier.shards import check_shards
+
+    if not is_local(verifier):
+        return
+    checks = check_shards(verifier)
+    report.shards = []
+    for check in checks:
+        report.shards.append(
+            {"shard": check.shard, "tensors": len(check.keys), "ok": check.ok}
+        )
+        if not check.ok:
+            report.problems.append(
+                Problem(
+                    f"{check.problem()}.",
+                    "Re-download the checkpoint (or this shard) and run doctor again.",
+                )
+            )

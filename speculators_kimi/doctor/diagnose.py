@@ -1,0 +1,175 @@
+"""Every doctor check in order, on one verifier: :func:`diagnose` takes
+:class:`DoctorOptions` and returns a :class:`~.report.Report`.
+
+A bad verifier never raises: each section's error becomes a
+:class:`~.report.Problem` with its fix, and the sections that can still run do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from .checkpoint import shards_section, text_config_section, weights_section
+from .draft import DraftChoices, draft_options, draft_section
+from .memory import estimate_memory
+from .report import Problem, Report
+from .values import values_section
+
+__all__ = ["DEFAULT_DRAFT_VOCAB", "DoctorOptions", "diagnose"]
+
+#: The draft vocabulary of the estimate, when the verifier's is larger.
+DEFAULT_DRAFT_VOCAB = 32000
+
+
+@dataclass(frozen=True)
+class DoctorOptions:
+    """What to check and the training choices to check it for (the ``doctor``
+    flags, as the library takes them)."""
+
+    #: Load the config with the checkpoint's code (default: read it as data).
+    trust_remote_code: bool = False
+    #: Also read the tensors the draft takes and report NaN/inf in them.
+    check_values: bool = False
+    #: Draft vocabulary of the estimate; ``None``: min(32000, the verifier's).
+    draft_vocab_size: int | None = None
+    #: The draft ``speculators train`` would build.
+    draft: DraftChoices = field(default_factory=DraftChoices)
+    #: ``resolve_verifier_weights`` keywords (``prefix``, ``embed_key``,
+    #: ``head_key``, ``norm_key``), as the ``--verifier-*`` flags give them.
+    weight_overrides: Mapping[str, str | None] | None = None
+
+
+def _problem_for(err: Exception) -> Problem:
+    """A section's error as a problem, with the fix for its kind."""
+    from speculators.utils.text_config import (
+        AmbiguousTextConfigError,
+    )
+    from speculators.utils.verifier_weights import (
+        VerifierWeightsError,
+    )
+
+    text = str(err)
+    if isinstance(err, AmbiguousTextConfigError):
+        return Problem(text, "Pick the text sub-config (see the candidates above).")
+    if isinstance(err, VerifierWeightsError):
+        fix = (
+            "Follow the message: pass --verifier-weight-prefix / "
+            "--verifier-embed-key / --verifier-head-key / --verifier-norm-key, or "
+            "repair/re-download the checkpoint."
+        )
+        if "packed" in text or "quantized" in text:
+            fix = "Use an unquantized or FP8 block-scaled checkpoint of the model."
+        elif "missing" in text or "Corrupt" in text or "Truncated" in text:
+            fix = "Re-download the checkpoint (a shard is missing or damaged)."
+        return Problem(text, fix)
+    if isinstance(err, FileNotFoundError | OSError):
+        return Problem(
+            f"Cannot read the verifier: {text}",
+            "Check the path / Hub id and that config.json and weights are present.",
+        )
+    return Problem(f"{type(err).__name__}: {text}", "See the message.")
+
+
+def _shards_and_weights(
+    verifier: str, text_config: Any, options: DoctorOptions, report: Report
+) -> Any:
+    """Every shard, then the weight keys; returns the weight spec, or ``None``
+    when the keys cannot be resolved."""
+    try:
+        shards_section(verifier, report)
+    except Exception as err:
+        report.problems.append(_problem_for(err))
+    bad_shards = [r["shard"] for r in report.shards or [] if not r["ok"]]
+    try:
+        return weights_section(
+            verifier, text_config, report, options.weight_overrides or {}
+        )
+    except Exception as err:
+        # A shard reported above is not reported twice.
+        if not any(shard in str(err) for shard in bad_shards):
+            report.problems.append(_problem_for(err))
+    return None
+
+
+def _draft_and_memory(
+    verifier: str,
+    text_config: Any,
+    options: DoctorOptions,
+    draft_vocab: int,
+    report: Report,
+) -> None:
+    """The draft training would build, its options and its memory estimate."""
+    try:
+        draft = draft_section(
+            verifier,
+            options.draft,
+            report,
+            draft_vocab=draft_vocab,
+            trust_remote_code=options.trust_remote_code,
+        )
+        chosen = draft_options(verifier, options.draft)
+        report.draft_config = {**(report.draft_config or {}), **chosen}
+        report.memory = estimate_memory(
+            draft,
+            draft_vocab=draft_vocab,
+            options=chosen,
+            num_aux=len(report.target_layer_ids or [0, 1, 2]),
+        )
+        if int(draft.hidden_size) != int(text_config.hidden_size):
+            report.problems.append(
+                Problem(
+                    "Draft hidden_size differs from the verifier's.",
+                    "Use a draft config with the verifier's hidden_size.",
+                )
+            )
+    except Exception as err:
+        report.problems.append(_problem_for(err))
+
+
+def diagnose(
+    verifier: str,
+    options: DoctorOptions | None = None,
+    *,
+    progress: TextIO | None = None,
+) -> Report:
+    """Run every check; never raises for a bad verifier (problems are reported).
+
+    :param verifier: a local checkpoint directory or a Hub id.
+    :param options: what to check, and for which draft (default: doctor's).
+    :param progress: a text stream that gets a line per tensor ``check_values``
+        reads (default: none).
+    """
+    from speculators.utils.cli_errors import check_model_source
+
+    options = options or DoctorOptions()
+    report = Report(verifier=verifier)
+    try:
+        check_model_source(verifier, "verifier")
+    except ValueError as err:
+        report.problems.append(
+            Problem(str(err), "Give an existing checkpoint directory or a Hub id.")
+        )
+        return report
+    try:
+        text_config = text_config_section(verifier, options.trust_remote_code, report)
+    except Exception as err:
+        report.problems.append(_problem_for(err))
+        return report
+    draft_vocab = options.draft_vocab_size
+    if draft_vocab is None:
+        draft_vocab = min(DEFAULT_DRAFT_VOCAB, int(text_config.vocab_size))
+    spec = _shards_and_weights(verifier, text_config, options, report)
+    if options.check_values and spec is not None:
+        values_section(spec, report, progress=progress)
+    _draft_and_memory(verifier, text_config, options, draft_vocab, report)
+    if draft_vocab > int(text_config.vocab_size):
+        report.problems.append(
+            Problem(
+                f"--draft-vocab-size {draft_vocab} exceeds the verifier "
+                f"vocabulary ({text_config.vocab_size}).",
+                "Choose a draft vocabulary no larger than the verifier's.",
+            )
+        )
+    return report

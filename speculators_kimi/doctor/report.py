@@ -1,0 +1,156 @@
+"""What ``doctor`` found about a verifier: :class:`Report`, its :class:`Problem`
+entries, and the report as text (:func:`render`) or JSON (:meth:`Report.to_dict`).
+
+The sections of :mod:`.diagnose` fill a :class:`Report`; nothing here reads the
+checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Problem", "Report", "render"]
+
+
+@dataclass
+class Problem:
+    """Something that stops training (or makes it wrong), and how to fix it."""
+
+    what: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"problem": self.what, "fix": self.fix}
+
+
+@dataclass
+class Report:
+    """Every section's findings; a section that did not run stays ``None``."""
+
+    verifier: str
+    text_config: dict[str, Any] | None = None
+    weights: dict[str, Any] | None = None
+    quantization: list[str] = field(default_factory=list)
+    target_layer_ids: list[int] | None = None
+    draft_config: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    # Per tensor NaN/inf counts; None when --check-values was not given.
+    values: list[dict[str, Any]] | None = None
+    # Every shard the weight map names: {shard, tensors, ok}; None for a Hub id.
+    shards: list[dict[str, Any]] | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verifier": self.verifier,
+            "ok": self.ok,
+            "text_config": self.text_config,
+            "weights": self.weights,
+            "quantization": self.quantization,
+            "target_layer_ids": self.target_layer_ids,
+            "draft_config": self.draft_config,
+            "estimated_memory": self.memory,
+            "value_check": self.values,
+            "shards": self.shards,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+def _shape(info: dict[str, Any] | None) -> str:
+    if not info:
+        return "-"
+    return f"{info['key']}  {info['shape']} {info['dtype']}  [{info['shard']}]"
+
+
+def _checkpoint_lines(report: Report) -> list[str]:
+    """The text config and the weight keys training would use."""
+    lines = []
+    text = report.text_config
+    if text:
+        lines.append(
+            f"text config: {text['model_type']} at '{text['found_at']}' of "
+            f"{text['config_file']}"
+        )
+        lines.append(
+            "  hidden_size={hidden_size} vocab_size={vocab_size} "
+            "num_hidden_layers={num_hidden_layers} heads={num_attention_heads}/"
+            "{num_key_value_heads}".format(**text)
+        )
+    weights = report.weights
+    if weights:
+        lines.append(f"decoder prefix: '{weights['prefix']}'")
+        lines.append(f"  embedding:  {_shape(weights['embed'])}")
+        head = _shape(weights["head"]) + ("  (tied)" if weights["tied"] else "")
+        lines.append(f"  head:       {head}")
+        lines.append(
+            f"  final norm: {_shape(weights['norm'])}  ({weights['norm_kind']}, "
+            f"eps={weights['norm_eps']})"
+        )
+        lines.append(f"  shards read: {', '.join(weights['shards'])}")
+        lines.append(f"tied head: {'yes' if weights['tied'] else 'no'}")
+    return lines
+
+
+def _memory_line(mem: dict[str, Any]) -> str:
+    return (
+        f"estimated training memory: {mem['total_gib']} GiB (weights "
+        f"{mem['weights_gib']}, grads+optimizer "
+        f"{mem['grads_and_optimizer_gib']}, activations+logits "
+        f"{mem['activations_and_logits_gib']}; {mem['assumptions']})"
+    )
+
+
+def _value_lines(values: list[dict[str, Any]]) -> list[str]:
+    """One line per tensor ``--check-values`` read."""
+    lines = ["tensor values (NaN/inf):"]
+    for record in values:
+        if record["finite"] is None:
+            state = "unreadable"
+        elif record["finite"]:
+            state = "all finite"
+        else:
+            state = f"{record['nan']} NaN, {record['inf']} inf"
+        where = f"{record['key']}  [{record['file']}]"
+        lines.append(f"  {record['role']}: {where}  {state}")
+    return lines
+
+
+def _shards_line(shards: list[dict[str, Any]]) -> str:
+    bad = [r["shard"] for r in shards if not r["ok"]]
+    return f"shards: {len(shards) - len(bad)} of {len(shards)} present and whole" + (
+        f" (not: {', '.join(bad)})" if bad else ""
+    )
+
+
+def _problem_lines(problems: list[Problem]) -> list[str]:
+    if not problems:
+        return ["no problems found"]
+    lines = [f"PROBLEMS ({len(problems)}):"]
+    for problem in problems:
+        lines.append(f"  - {problem.what}")
+        lines.append(f"    fix: {problem.fix}")
+    return lines
+
+
+def render(report: Report) -> str:
+    """The report as the text ``doctor`` prints without ``--json``."""
+    lines = [f"verifier: {report.verifier}", *_checkpoint_lines(report)]
+    lines.append(f"quantization: {'; '.join(report.quantization) or 'none seen'}")
+    if report.target_layer_ids is not None:
+        lines.append(f"default target layer ids: {report.target_layer_ids}")
+    if report.draft_config:
+        draft = " ".join(f"{k}={v}" for k, v in report.draft_config.items())
+        lines.append(f"draft config: {draft}")
+    if report.memory:
+        lines.append(_memory_line(report.memory))
+    if report.values is not None:
+        lines.extend(_value_lines(report.values))
+    if report.shards is not None:
+        lines.append(_shards_line(report.shards))
+    lines.extend(_problem_lines(report.problems))
+    return "\n".join(lines)
