@@ -1,0 +1,65 @@
+"""The ``export`` command: its options, read into :func:`.draft.export_draft`'s
+arguments, and what was written and how to serve it, printed."""
+
+from __future__ import annotations
+
+import argparse
+
+from .draft import export_draft
+from .launch import launch_commands
+from .serving_config import MLA_ARCHITECTURE
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``export`` options."""
+    parser.add_argument("checkpoint", help="a checkpoint of `speculators train`")
+    parser.add_argument("--out", required=True, help="directory to write")
+    parser.add_argument(
+        "--verifier-id",
+        default=None,
+        help="the verifier's Hugging Face Hub id (default: found from the checkpoint)",
+    )
+    parser.add_argument(
+        "--verifier",
+        default=None,
+        help="local verifier directory to compare the embedding with (default: "
+        "the recorded path, when it exists)",
+    )
+    parser.add_argument(
+        "--keep-embeddings",
+        action="store_true",
+        help="ship the draft's embedding even when it equals the verifier's",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a non-empty --out whole (by default it is refused)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``export`` from parsed arguments."""
+    result = export_draft(
+        args.checkpoint,
+        args.out,
+        verifier_id=args.verifier_id,
+        keep_embeddings=args.keep_embeddings,
+        verifier=args.verifier,
+        overwrite=args.overwrite,
+    )
+    print(f"exported {args.checkpoint} -> {result.out} (verifier {result.verifier_id})")
+    for name, why in result.dropped.items():
+        print(f"  dropped {name}: {why}")
+    if result.layout == "native":
+        print(
+            f"an MLA draft, written for vLLM's {MLA_ARCHITECTURE} (native layout); "
+            "vLLM cannot detect it as a draft from `vllm serve DIR`, so serve the "
+            "verifier with it as the speculative model:"
+        )
+    else:
+        print("serve it with either:")
+    for command in launch_commands(result):
+        print(f"  {command}")
+    return 0

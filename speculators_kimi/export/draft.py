@@ -1,0 +1,99 @@
+"""A trained draft exported: :func:`export_draft`, the steps in order (checks,
+verifier id, config, tensors, write), and :class:`ExportResult`, what it wrote."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ExportError
+from .hub import serving_verifier_id
+from .serving_config import carried_files, layout_of, serving_config
+from .weights import served_tensors
+from .write import check_out, write_export
+
+__all__ = ["ExportResult", "export_draft"]
+
+
+@dataclass
+class ExportResult:
+    """What :func:`export_draft` wrote."""
+
+    out: Path
+    verifier_id: str
+    num_speculative_tokens: int
+    tensors: list[str]
+    dropped: dict[str, str] = field(default_factory=dict)  # name -> why
+    #: ``speculators`` (the speculators format) or ``native`` (an HF config for
+    #: vLLM's ``Eagle3DeepseekV3ForCausalLM``, MLA drafts).
+    layout: str = "speculators"
+
+
+def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str, Any]:
+    """The checkpoint's config, once ``checkpoint`` is an EAGLE-3 checkpoint and
+    ``out`` a place the export may be written to."""
+    config_file = checkpoint / "config.json"
+    if not config_file.is_file():
+        raise ExportError(f"{checkpoint}: no config.json; is it a checkpoint?")
+    if out.resolve() == checkpoint.resolve():
+        raise ExportError("--out must differ from the checkpoint (it stays as is)")
+    check_out(out, overwrite)
+    config: dict[str, Any] = json.loads(config_file.read_text())
+    if config.get("speculators_model_type") != "eagle3":
+        raise ExportError(
+            f"{config_file}: speculators_model_type "
+            f"{config.get('speculators_model_type')!r}; export handles eagle3"
+        )
+    return config
+
+
+def export_draft(
+    checkpoint: str | Path,
+    out: str | Path,
+    *,
+    verifier_id: str | None = None,
+    keep_embeddings: bool = False,
+    verifier: str | None = None,
+    overwrite: bool = False,
+) -> ExportResult:
+    """Write ``out``: ``checkpoint`` in the form vLLM serves (``vllm serve out``
+    for Llama-style layers; ``--speculative-config`` for MLA layers).
+
+    The export is written to a staging directory beside ``out`` and renamed into
+    place, so ``out`` is either the previous directory or the whole new export,
+    never a mix or a torn file.
+
+    :param verifier: a local copy of the verifier to compare the embedding with
+        (default: the path recorded in the checkpoint, when it exists).
+    :param overwrite: replace an existing non-empty ``out`` whole.
+    :raises ExportError: no Hub id for the verifier, ``out`` is the checkpoint or
+        a non-empty directory (without ``overwrite``), or an MLA draft vLLM
+        cannot serve as trained (``norm_before_fc``).
+    """
+    from safetensors.torch import load_file
+
+    checkpoint, out = Path(checkpoint), Path(out)
+    config = _checkpoint_config(checkpoint, out, overwrite)
+    recorded = config["speculators_config"]["verifier"].get("name_or_path")
+    local = verifier or recorded
+    hub_id = serving_verifier_id(
+        verifier_id=verifier_id, recorded=recorded, local=local
+    )
+    tensors = load_file(str(checkpoint / "model.safetensors"))
+    serving = serving_config(
+        config,
+        verifier_id=hub_id,
+        has_input_norm="input_norm.weight" in tensors,
+        verifier=local,
+    )
+    kept, dropped = served_tensors(
+        config, tensors, verifier=local, keep_embeddings=keep_embeddings
+    )
+    layout = layout_of(config)
+    carried = [checkpoint / name for name in carried_files(layout)]
+    write_export(out, kept, serving, carried)
+    methods = config["speculators_config"]["proposal_methods"]
+    k = int(methods[0]["speculative_tokens"])
+    return ExportResult(out, hub_id, k, sorted(kept), dropped, layout)

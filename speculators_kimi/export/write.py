@@ -1,0 +1,74 @@
+"""The export directory written whole or not at all: ``out`` checked, the files
+written to a staging directory beside it, renamed into place."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import ExportError
+
+__all__ = ["check_out", "write_export"]
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an ``out`` that is a file, or a non-empty directory unless
+    ``overwrite`` (whose files would otherwise be mixed with the export's)."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        held = sorted(p.name for p in out.iterdir())
+        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+        raise ExportError(
+            f"--out {out} is not empty ({shown}); choose a new directory, or pass "
+            "--overwrite to replace it whole"
+        )
+
+
+def _move_into_place(staging: Path, out: Path) -> None:
+    """Rename the finished ``staging`` to ``out``; a previous ``out`` is renamed
+    aside first and removed only once the new one is in place."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        out.rename(old / out.name)
+    try:
+        staging.rename(out)
+    except OSError:
+        if old is not None:
+            (old / out.name).rename(out)
+        raise
+    finally:
+        if old is not None and out.exists():
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def write_export(
+    out: Path,
+    tensors: dict[str, Any],
+    config: dict[str, Any],
+    carried: Sequence[Path],
+) -> None:
+    """Write ``tensors`` (``model.safetensors``), ``config`` (``config.json``) and
+    copies of the ``carried`` files that exist, then rename the lot to ``out``:
+    ``out`` is the previous directory or the whole export, never a mix or a torn
+    file."""
+    from safetensors.torch import save_file
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    try:
+        save_file(
+            tensors, str(staging / "model.safetensors"), metadata={"format": "pt"}
+        )
+        (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        for path in carried:
+            if path.is_file():
+                shutil.copy2(path, staging / path.name)
+        _move_into_place(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
