@@ -51,11 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    from speculators_kimi.tiny_verifier import (
-        TinyVerifierSpec,
-        build_dataset,
-        build_verifier,
-    )
+    from speculators_kimi.datagen.fixture import build_dataset
+    from speculators_kimi.tiny_verifier import TinyVerifierSpec, build_verifier
 
     spec = TinyVerifierSpec(
         hidden_size=512,

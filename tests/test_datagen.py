@@ -33,13 +33,13 @@ from speculators_kimi.datagen import (
     generate_hidden_states,
     plan_batches,
 )
+from speculators_kimi.datagen.fixture import build_dataset
 from speculators_kimi.datagen.ranks import Ranks
 from speculators_kimi.tiny_verifier import (
     DECODER_PREFIX,
     TEXT_PREFIX,
     KimiTinySpec,
     TinyVerifierSpec,
-    build_dataset,
     build_kimi_tiny,
     build_verifier,
     write_checkpoint,

@@ -107,6 +107,30 @@ def test_subcommands_do_not_import_the_root_command_line():
     assert importers == []
 
 
+#: The commands: the fixture package sits below them and imports none.
+COMMANDS = ("datagen", "evaluate", "doctor", "export", "demo")
+
+
+def _is_command(module: str) -> bool:
+    return any(
+        module == f"speculators_kimi.{c}" or module.startswith(f"speculators_kimi.{c}.")
+        for c in COMMANDS
+    )
+
+
+def test_the_fixture_package_imports_no_command():
+    """``tiny_verifier`` builds the fixtures the commands are tested on, so it
+    must not depend on them (its ``python -m`` entry point, the top of the
+    graph, may)."""
+    graph = _graph()
+    fixture = [
+        m for m in graph if m.split(".")[:2] == ["speculators_kimi", "tiny_verifier"]
+    ]
+    assert "speculators_kimi.tiny_verifier.dataset" in fixture
+    imported = {m: sorted(d for d in graph[m] if _is_command(d)) for m in fixture}
+    assert {m: deps for m, deps in imported.items() if deps} == {}
+
+
 def test_nothing_reaches_into_tools():
     """Build facts come from ``_build_info.py`` (written by the build), not from
     importing ``tools/`` through ``sys.path``."""

@@ -17,9 +17,9 @@ from helpers import BIN, free_port, run, torchrun_train
 from safetensors.torch import load_file
 from speculators.models import Eagle3DraftModel
 
+from speculators_kimi.datagen.fixture import build_dataset
 from speculators_kimi.tiny_verifier import (
     TinyVerifierSpec,
-    build_dataset,
     build_verifier,
     train_command,
 )

@@ -12,11 +12,15 @@ defined once:
   it was written from (:class:`TinyCheckpoint`): :mod:`.dense` (Llama, Qwen3 tied,
   GPT-NeoX, Falcon), :mod:`.multimodal` (Gemma-3, Qwen2.5-VL, Llama-4,
   Qwen2.5-Omni), :mod:`.kimi` (Kimi-K2.5 and its variants, DeepSeek-V3 with MTP).
-* :mod:`.dataset`: a synthetic offline EAGLE-3 dataset and the train command.
+* :mod:`.dataset`: a synthetic offline EAGLE-3 dataset (rendered by
+  ``speculators prepare-data``; :mod:`speculators_kimi.datagen.fixture` adds the
+  hidden states); :mod:`.train`: the ``speculators train`` command line, the one
+  builder of it (the demo's train stage uses it too).
 
-``python -m speculators_kimi.tiny_verifier OUT_DIR`` builds the tiny Llama and
-its dataset under ``OUT_DIR`` and prints the ``speculators train`` command to run
-on them.
+The package sits below the commands (``datagen``, ``evaluate``, ``doctor``,
+``export``, ``demo``) and imports none of them. ``python -m
+speculators_kimi.tiny_verifier OUT_DIR`` builds the tiny Llama and its dataset
+under ``OUT_DIR`` and prints the ``speculators train`` command to run on them.
 
 The patch units' own test helpers (under ``upstream_patches/*/files/tests``) do
 not use this package: they go upstream and must stand alone.
@@ -40,11 +44,10 @@ from .configs import (
     mla_text,
 )
 from .dataset import (
-    build_dataset,
     default_target_layer_ids,
     prepare_data,
+    prepare_synthetic_data,
     resolve_target_layer_ids,
-    train_command,
     write_conversations,
 )
 from .dense import build_verifier, falcon, gpt_neox, llama, qwen3_tied
@@ -61,6 +64,7 @@ from .kimi import (
 from .multimodal import gemma3, llama4, qwen2_5_omni, qwen2_5_vl
 from .specs import KimiTinySpec, TinyVerifierSpec
 from .tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, build_tokenizer, token_ids
+from .train import TrainArgs, train_args, train_command
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -72,7 +76,7 @@ __all__ = [
     "KimiTinySpec",
     "TinyCheckpoint",
     "TinyVerifierSpec",
-    "build_dataset",
+    "TrainArgs",
     "build_kimi_tiny",
     "build_tokenizer",
     "build_verifier",
@@ -90,6 +94,7 @@ __all__ = [
     "mla_text",
     "perturb_norms",
     "prepare_data",
+    "prepare_synthetic_data",
     "qwen2_5_omni",
     "qwen2_5_vl",
     "qwen3_tied",
@@ -97,6 +102,7 @@ __all__ = [
     "resolve_target_layer_ids",
     "text_config",
     "token_ids",
+    "train_args",
     "train_command",
     "write_checkpoint",
     "write_config",

@@ -10,9 +10,11 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from .dataset import build_dataset, train_command
+# The entry point, above the package: the hidden states are datagen's.
+from ..datagen.fixture import build_dataset
 from .dense import build_verifier
 from .specs import TinyVerifierSpec
+from .train import train_command
 
 
 def main(argv: Sequence[str] | None = None) -> int:

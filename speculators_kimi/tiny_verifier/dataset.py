@@ -1,9 +1,11 @@
-"""A synthetic offline EAGLE-3 dataset for a tiny verifier, and the train command.
+"""A synthetic offline EAGLE-3 dataset for a tiny verifier.
 
 The conversations have a learnable pattern (the assistant repeats the user's
 words shifted by a fixed offset); they are rendered with the verifier's chat
-template by ``speculators prepare-data --render-endpoint local`` (no vLLM server)
-and given hidden states by our ``generate-hidden-states``.
+template by ``speculators prepare-data --render-endpoint local`` (no vLLM server).
+Their hidden states come from our ``generate-hidden-states``, a command this
+fixture package sits below: :func:`speculators_kimi.datagen.fixture.build_dataset`
+puts the two together.
 """
 
 from __future__ import annotations
@@ -19,11 +21,10 @@ import torch
 from .specs import TinyVerifierSpec
 
 __all__ = [
-    "build_dataset",
     "default_target_layer_ids",
     "prepare_data",
+    "prepare_synthetic_data",
     "resolve_target_layer_ids",
-    "train_command",
     "write_conversations",
 ]
 
@@ -123,66 +124,12 @@ def prepare_data(
     subprocess.run(cmd, check=True, env=env)
 
 
-def build_dataset(spec: TinyVerifierSpec, verifier_dir: Path, data_dir: Path) -> Path:
-    """Write the trainer's offline dataset for ``verifier_dir`` into ``data_dir``.
-
-    The synthetic conversations go through ``speculators prepare-data
-    --render-endpoint local``, then our ``generate-hidden-states``.
-    """
-    from ..datagen import generate_hidden_states
-
+def prepare_synthetic_data(
+    spec: TinyVerifierSpec, verifier_dir: Path, data_dir: Path
+) -> Path:
+    """``spec``'s synthetic conversations rendered by ``speculators prepare-data
+    --render-endpoint local`` into ``data_dir`` (no hidden states yet)."""
     jsonl = data_dir.parent / f"{data_dir.name}_conversations.jsonl"
     write_conversations(_synthetic_conversations(spec), jsonl)
     prepare_data(verifier_dir, jsonl, data_dir)
-
-    layer_ids, _ = resolve_target_layer_ids(spec)
-    generate_hidden_states(
-        verifier_dir,
-        data_dir,
-        target_layer_ids=layer_ids,
-        dtype=torch.float32,
-        device="cpu",
-        progress=False,
-    )
     return data_dir
-
-
-def train_command(
-    spec: TinyVerifierSpec,
-    verifier_dir: Path,
-    data_dir: Path,
-    save_dir: Path,
-    *,
-    max_steps: int = 3,
-    total_seq_len: int = 128,
-) -> list[str]:
-    """The ``speculators train`` argv for a tiny CPU run on the built artifacts."""
-    cmd = [
-        "speculators",
-        "train",
-        "--verifier-name-or-path",
-        str(verifier_dir),
-        "--data-path",
-        str(data_dir),
-        "--speculator-type",
-        "eagle3",
-        "--total-seq-len",
-        str(total_seq_len),
-        "--epochs",
-        "1",
-        "--max-steps",
-        str(max_steps),
-        "--num-workers",
-        "0",
-        "--on-missing",
-        "raise",
-        "--save-path",
-        str(save_dir / "checkpoints"),
-        "--log-dir",
-        str(save_dir / "logs"),
-        "--no-resume-from-checkpoint",
-    ]
-    layer_ids, explicit = resolve_target_layer_ids(spec)
-    if explicit:
-        cmd += ["--target-layer-ids", *map(str, layer_ids)]
-    return cmd

@@ -1,0 +1,48 @@
+"""The ``demo`` command: its options, turned into :class:`DemoSettings`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..cli_args import add_json_argument, emit_report
+from .pipeline import run_demo
+from .report import format_report
+from .settings import DemoSettings
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``demo`` options."""
+    d = DemoSettings()
+    parser.add_argument("--out", type=Path, default=d.out, help="working directory")
+    parser.add_argument("--epochs", type=int, default=d.epochs)
+    parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument(
+        "--num-samples", type=int, default=None, help="use the first N conversations"
+    )
+    parser.add_argument(
+        "--draft-arch",
+        choices=("llama", "deepseek_v3"),
+        default=d.draft_arch,
+        help="draft decoder layers: llama, or deepseek_v3 (MLA, with the verifier's "
+        "latent attention geometry)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="ignore finished stages")
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo from parsed arguments."""
+    settings = DemoSettings(
+        out=args.out,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        num_samples=args.num_samples,
+        draft_arch=args.draft_arch,
+        fresh=args.fresh,
+    )
+    report = run_demo(settings)
+    emit_report(report, format_report(report), args)
+    return 0

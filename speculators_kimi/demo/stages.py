@@ -1,0 +1,195 @@
+"""The demo's six stages, each a plain function of the :class:`DemoContext`.
+
+Each returns the small result its stage marker records (the report is made from
+these); what a stage writes is under :class:`DemoPaths`. The heavy libraries
+(torch, transformers, datasets, upstream's speculators) are imported by the
+stage that needs them, so ``speculators-kimi demo --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .settings import Conversation, DemoSettings
+from .stream import stream
+
+if TYPE_CHECKING:
+    from ..tiny_verifier import KimiTinySpec
+
+__all__ = [
+    "DemoContext",
+    "DemoPaths",
+    "acceptance",
+    "build_data",
+    "build_verifier",
+    "hidden_states",
+    "last_checkpoint",
+    "regenerate",
+    "train",
+    "train_argv",
+]
+
+_LOSS = re.compile(r"train/loss=([-+0-9.e]+|nan|inf)")
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    """Where each stage writes, under the demo's working directory ``out``."""
+
+    out: Path
+
+    @property
+    def verifier(self) -> Path:
+        return self.out / "verifier"
+
+    @property
+    def replies(self) -> Path:
+        return self.out / "replies.jsonl"
+
+    @property
+    def data(self) -> Path:
+        return self.out / "data"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.out / "run"
+
+
+@dataclass(frozen=True)
+class DemoContext:
+    """What the stages read (none of them changes it)."""
+
+    paths: DemoPaths
+    settings: DemoSettings
+    spec: KimiTinySpec
+    all_conversations: list[Conversation]  # every shipped one: the vocabulary
+    conversations: list[Conversation]  # the first --num-samples: the replies
+
+
+def last_checkpoint(checkpoints: Path) -> Path:
+    """The trainer's newest numbered checkpoint under ``checkpoints``."""
+    numbered = [p for p in checkpoints.iterdir() if p.is_dir() and p.name.isdigit()]
+    if not numbered:
+        raise FileNotFoundError(f"no checkpoint under {checkpoints}")
+    return max(numbered, key=lambda p: int(p.name))
+
+
+def build_verifier(ctx: DemoContext) -> dict[str, Any]:
+    """``verifier``: the tiny random-weight Kimi-K2.5-shaped checkpoint."""
+    from ..tiny_verifier import build_kimi_tiny
+
+    # Every shipped conversation's words, whatever --num-samples says: the
+    # verifier does not change with the sample count (a subset's words are a
+    # prefix of these, so its token ids are the same either way).
+    words = [w for c in ctx.all_conversations for t in c for w in t["content"].split()]
+    build_kimi_tiny(ctx.paths.verifier, ctx.spec, words=words)
+    return {"path": str(ctx.paths.verifier)}
+
+
+def regenerate(ctx: DemoContext) -> dict[str, Any]:
+    """``replies``: the verifier rewrites the assistant replies (greedy)."""
+    from speculators.data_generation.local_render import LocalChatRenderer
+
+    from ..datagen.responses import regenerate_replies
+    from ..tiny_verifier import write_conversations
+    from ..verifier.causal import load_causal_verifier
+
+    # The replies the verifier itself writes: what the draft will draft.
+    verifier = ctx.paths.verifier
+    causal = load_causal_verifier(verifier, [])
+    replies = regenerate_replies(
+        causal,
+        LocalChatRenderer(str(verifier)),
+        ctx.conversations,
+        max_new_tokens=ctx.settings.reply_tokens,
+    )
+    write_conversations(replies, ctx.paths.replies)
+    return {"conversations": len(replies)}
+
+
+def build_data(ctx: DemoContext) -> dict[str, Any]:
+    """``data``: the replies rendered with the verifier's chat template."""
+    from datasets import load_from_disk
+
+    from ..tiny_verifier import prepare_data
+
+    # `speculators prepare-data --render-endpoint local`: the verifier's chat
+    # template renders each conversation, no vLLM server.
+    prepare_data(ctx.paths.verifier, ctx.paths.replies, ctx.paths.data)
+    seq_lens = load_from_disk(str(ctx.paths.data))["seq_len"]
+    return {"samples": len(seq_lens), "max_len": int(max(seq_lens))}
+
+
+def hidden_states(ctx: DemoContext) -> dict[str, Any]:
+    """``hidden-states``: our ``generate-hidden-states`` on the rendered rows."""
+    from ..datagen import generate_hidden_states
+
+    paths = ctx.paths
+    res = generate_hidden_states(paths.verifier, paths.data, dtype=ctx.settings.dtype)
+    return {"written": res.written, "target_layer_ids": res.target_layer_ids}
+
+
+def train_argv(verifier: Path, data: Path, run_dir: Path, s: DemoSettings) -> list[str]:
+    """``speculators train`` arguments (after the ``speculators train`` words)."""
+    from ..tiny_verifier.train import TrainArgs, train_args
+
+    # The step cap comes after the draft vocabulary, where the demo's command
+    # line has always had it (the train stage records that line).
+    cap = [] if s.max_steps is None else ["--max-steps", str(s.max_steps)]
+    return train_args(
+        TrainArgs(
+            verifier=verifier,
+            data=data,
+            save_dir=run_dir,
+            total_seq_len=s.total_seq_len,
+            epochs=s.epochs,
+            draft_arch=s.draft_arch,
+            train_data_ratio=s.train_data_ratio,
+            lr=s.lr,
+            scheduler_type="none",
+            log_freq=1,
+            draft_vocab_size=s.draft_vocab_size or None,
+            extra=(*cap, *s.extra_train_args),
+        )
+    )
+
+
+def train(ctx: DemoContext) -> dict[str, Any]:
+    """``train``: upstream's ``speculators train``, its losses from its log."""
+    paths = ctx.paths
+    paths.run_dir.mkdir(parents=True, exist_ok=True)
+    speculators = str(Path(sys.executable).parent / "speculators")
+    argv = train_argv(paths.verifier, paths.data, paths.run_dir, ctx.settings)
+    cmd = [speculators, "train", *argv]
+    text = stream(cmd, paths.run_dir / "train.log")
+    losses = [float(x) for x in _LOSS.findall(text)]
+    return {"losses": losses, "command": shlex.join(cmd)}
+
+
+def acceptance(ctx: DemoContext) -> dict[str, Any]:
+    """``acceptance``: the trained and the untrained draft decoding the
+    held-out prompts, as ``speculators-kimi evaluate`` does."""
+    from ..evaluate import dataset_prompts, load_session, untrained_copy
+
+    # The held-out rows' prompts, as `speculators-kimi evaluate --data` takes them.
+    s, paths = ctx.settings, ctx.paths
+    ckpt = last_checkpoint(paths.run_dir / "checkpoints")
+    session = load_session(ckpt, paths.verifier, dtype="float32", device="cpu")
+    prompts = dataset_prompts(paths.data, train_data_ratio=s.train_data_ratio)
+    settings = {
+        "num_speculative_tokens": s.eval_speculative_tokens,
+        "max_new_tokens": s.eval_new_tokens,
+    }
+    results = {
+        "trained": session.evaluate(prompts, **settings),
+        "untrained": session.with_draft(untrained_copy(session.draft)).evaluate(
+            prompts, **settings
+        ),
+        "trained_t1": session.evaluate(prompts, temperature=1.0, **settings),
+    }
+    return {name: r.as_dict() for name, r in results.items()}
