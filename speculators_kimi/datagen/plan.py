@@ -1,4 +1,5 @@
-"""What to compute: aux layer ids, batches by length, the context-window check.
+"""What to compute: aux layer ids, batches by length, the context-window check,
+and the run's whole plan (:func:`plan_generation`), made before any model loads.
 
 Batches depend only on the dataset's lengths (never on what is already on disk),
 so a resumed run recomputes the same batches and writes the same bytes.
@@ -7,21 +8,85 @@ so a resumed run recomputes the same batches and writes the same bytes.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from speculators.data_generation.provenance import decoder_fingerprint
 
 from ..errors import CommandError
+from ..verifier.resolved import (
+    ResolvedVerifier,
+    resolve_decoder,
+    whole_local_verifier,
+)
+from . import store
+from .ranks import Ranks, current_ranks
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from ..verifier.loading import Placement
 
 __all__ = [
     "ContextLengthError",
+    "GenerationPlan",
+    "OtherVerifierError",
     "check_context",
     "default_target_layer_ids",
     "plan_batches",
+    "plan_generation",
 ]
+
+#: A dataset row's token ids.
+Row = tuple[int, ...]
 
 
 class ContextLengthError(CommandError):
     """A sample is longer than the verifier's context window."""
+
+
+class OtherVerifierError(CommandError):
+    """Finished files of another verifier are in the output directory and
+    ``on_mismatch`` is ``"error"``."""
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    """What one run writes, decided (and every refusal made) before any model loads.
+
+    :param verifier: the verifier, resolved once; the loader takes it as it is.
+    :param rows: every sample's token ids, by index.
+    :param layer_ids: the aux layer ids, as the trainer resolves them.
+    :param fingerprint: the verifier's content fingerprint (files' provenance).
+    :param states: what each sample's file in ``out_dir`` is now.
+    :param batches: sample indices, batched over the whole dataset by length.
+    :param todo: per batch, the samples whose files are (re)written.
+    :param ranks: this process's place in a ``torchrun`` job.
+    """
+
+    verifier: ResolvedVerifier
+    out_dir: Path
+    rows: tuple[Row, ...]
+    layer_ids: tuple[int, ...]
+    dtype: torch.dtype
+    fingerprint: str
+    states: tuple[store.FileState, ...]
+    batches: tuple[Row, ...]
+    todo: tuple[Row, ...]
+    ranks: Ranks
+
+    @property
+    def skipped(self) -> int:
+        """Samples whose files are finished and kept."""
+        return len(self.rows) - sum(len(t) for t in self.todo)
+
+    @property
+    def other_verifier(self) -> int:
+        """Finished files of another verifier (regenerated)."""
+        return self.states.count(store.FileState.OTHER_VERIFIER)
 
 
 def default_target_layer_ids(
@@ -30,7 +95,11 @@ def default_target_layer_ids(
     *,
     trust_remote_code: bool = False,
 ) -> list[int]:
-    """Aux layer ids exactly as upstream's trainer resolves them for ``verifier``."""
+    """Aux layer ids exactly as upstream's trainer resolves them for ``verifier``.
+
+    Resolves, never defines: the default ids and their check have one home,
+    :mod:`speculators.utils.target_layers`, which the trainer's resolver uses.
+    """
     from speculators.models.utils import resolve_target_layer_ids
 
     with warnings.catch_warnings():
@@ -79,3 +148,149 @@ def check_context(lengths: Sequence[int], limit: int | None) -> None:
                 f"(max_position_embeddings={limit}); re-run prepare-data with "
                 f"--seq-length {limit} or less"
             )
+
+
+def plan_generation(
+    verifier: str | Path,
+    data_path: str | Path,
+    *,
+    output_dir: str | Path | None,
+    target_layer_ids: Sequence[int] | None,
+    dtype: torch.dtype,
+    batch_size: int,
+    max_batch_tokens: int,
+    trust_remote_code: bool,
+    weight_overrides: Mapping[str, str | None] | None,
+    overwrite: bool,
+    placement: Placement | None,
+    on_mismatch: str,
+) -> GenerationPlan:
+    """The plan of :func:`~.generate.generate_hidden_states` (its arguments).
+
+    Every refusal comes before any work, in the order the checks always had, so a
+    run with several faults names the same one first. It creates the output
+    directory and removes a killed run's temporary files; it writes no sample.
+    """
+    from speculators.train.data_checks import check_prepared_dataset
+
+    data_path = Path(data_path)
+    out_dir = (
+        Path(output_dir) if output_dir is not None else data_path / store.HS_DIRNAME
+    )
+    check_prepared_dataset(data_path)  # a path that is not one: one line, named
+    ranks = current_ranks()
+    if ranks.distributed and placement is not None:
+        raise CommandError(
+            "--device-map/--max-memory spread one verifier over several devices; "
+            "under torchrun each rank loads its own copy. Use one or the other"
+        )
+    rows = _token_rows(data_path)
+    text_config, layer_ids, path = _check_verifier(
+        verifier, rows, target_layer_ids, trust_remote_code=trust_remote_code
+    )
+    _prepare_output_dir(out_dir, ranks)
+    resolved = resolve_decoder(
+        verifier,
+        path,
+        text_config,
+        trust_remote_code=trust_remote_code,
+        weight_overrides=weight_overrides,
+    )
+    fingerprint = decoder_fingerprint(verifier, resolved.prefix)
+    states = _file_states(out_dir, rows, resolved, layer_ids, dtype, fingerprint)
+    ranks.barrier()  # every rank has looked before any rank writes
+    if on_mismatch == "error":
+        _refuse_other_verifier(states, out_dir, verifier)
+    batches = plan_batches(
+        [len(r) for r in rows], batch_size=batch_size, max_batch_tokens=max_batch_tokens
+    )
+    todo = [
+        [i for i in b if overwrite or states[i] is not store.FileState.DONE]
+        for b in batches
+    ]
+    return GenerationPlan(
+        verifier=resolved,
+        out_dir=out_dir,
+        rows=rows,
+        layer_ids=tuple(layer_ids),
+        dtype=dtype,
+        fingerprint=fingerprint,
+        states=states,
+        batches=tuple(map(tuple, batches)),
+        todo=tuple(map(tuple, todo)),
+        ranks=ranks,
+    )
+
+
+def _token_rows(data_path: Path) -> tuple[Row, ...]:
+    """Every sample's ``input_ids``, as ints."""
+    from datasets import load_from_disk
+
+    dataset = load_from_disk(str(data_path)).with_format(None)
+    return tuple(tuple(map(int, r)) for r in dataset["input_ids"])
+
+
+def _check_verifier(
+    verifier: str | Path,
+    rows: Sequence[Row],
+    target_layer_ids: Sequence[int] | None,
+    *,
+    trust_remote_code: bool,
+) -> tuple[PretrainedConfig, list[int], Path]:
+    """The text config, the aux layer ids and the local directory, checked: the
+    context window, then the layer ids, then every shard."""
+    from speculators.utils.text_config import load_text_config
+
+    text_config = load_text_config(str(verifier), trust_remote_code=trust_remote_code)
+    limit = getattr(text_config, "max_position_embeddings", None)
+    check_context([len(r) for r in rows], limit)
+    layer_ids = default_target_layer_ids(
+        verifier, target_layer_ids, trust_remote_code=trust_remote_code
+    )
+    # Before anything reads a shard (the fingerprint, a resume's checks, the load).
+    return text_config, layer_ids, whole_local_verifier(verifier)
+
+
+def _prepare_output_dir(out_dir: Path, ranks: Ranks) -> None:
+    """Create ``out_dir`` (proven writable) and clear a killed run's temporaries."""
+    store.prepare_output_dir(out_dir)
+    if ranks.is_main:  # not while another rank may be writing one
+        store.remove_stale_temps(out_dir)
+    ranks.barrier()
+
+
+def _file_states(
+    out_dir: Path,
+    rows: Sequence[Row],
+    verifier: ResolvedVerifier,
+    layer_ids: Sequence[int],
+    dtype: torch.dtype,
+    fingerprint: str,
+) -> tuple[store.FileState, ...]:
+    """What each sample's file in ``out_dir`` is, against what would be written."""
+    return tuple(
+        store.file_state(
+            store.hs_path(out_dir, i),
+            row,
+            num_entries=len(layer_ids) + 1,
+            hidden_size=int(verifier.text_config.hidden_size),
+            dtype=dtype,
+            layer_ids=layer_ids,
+            fingerprint=fingerprint,
+        )
+        for i, row in enumerate(rows)
+    )
+
+
+def _refuse_other_verifier(
+    states: Sequence[store.FileState], out_dir: Path, verifier: str | Path
+) -> None:
+    """:raises OtherVerifierError: some finished files are another verifier's."""
+    others = [i for i, s in enumerate(states) if s is store.FileState.OTHER_VERIFIER]
+    if others:
+        raise OtherVerifierError(
+            f"{len(others)} of {len(states)} files in {out_dir} (the first: "
+            f"{store.hs_path(out_dir, others[0]).name}) were generated by another "
+            f"verifier than {verifier} (other weights or config); pass "
+            "--on-mismatch regenerate to replace them, or another --output-dir"
+        )

@@ -8,7 +8,8 @@ because safetensors writes its metadata map in hash order: two entries would
 make a file's bytes differ from run to run. A file is written under a temporary
 name and renamed, so a killed run leaves either a whole file or none; on resume a
 file counts as done only if its header, dtype, layer ids, verifier fingerprint
-and token ids match what would be written now.
+and token ids match what would be written now. The directory itself is created
+and proven writable before any model is loaded.
 """
 
 from __future__ import annotations
@@ -26,18 +27,49 @@ from speculators.data_generation.provenance import (
     provenance_of,
 )
 
+from ..errors import CommandError
+
 __all__ = [
     "HS_DIRNAME",
     "FileState",
+    "OutputDirError",
     "file_metadata",
     "file_state",
     "hs_path",
+    "prepare_output_dir",
     "remove_stale_temps",
     "write_atomic",
 ]
 
 HS_DIRNAME = "hidden_states"
 _ST_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
+
+
+class OutputDirError(CommandError):
+    """The output directory cannot be created or written."""
+
+
+def prepare_output_dir(out_dir: Path) -> None:
+    """Create ``out_dir`` and prove it writable before any model is loaded."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".write-probe{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except (FileExistsError, NotADirectoryError):
+        blocker = next(
+            (p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()),
+            out_dir,
+        )
+        raise OutputDirError(
+            f"--output-dir {out_dir}: {blocker} is a file, not a directory; "
+            "choose another --output-dir"
+        ) from None
+    except PermissionError as err:
+        raise OutputDirError(
+            f"--output-dir {out_dir}: no permission to write {err.filename}; "
+            "choose a directory you can write, or fix its permissions"
+        ) from None
 
 
 def hs_path(out_dir: Path, idx: int) -> Path:

@@ -6,17 +6,14 @@ before the first call.
 
 Modules: ``jit`` (JIT, interpreter and launch set-up), ``configs`` (tile sizes),
 ``tiles`` (the ``triton.jit`` helpers), ``forward`` and ``backward`` (the kernels
-and their launchers), ``autograd`` (``draft_attention``), ``reference`` (the dense
-oracle and the document layout), ``backend`` (``--draft-attn-impl triton``),
-``cross_compile`` (static sm_90 build report).
+and their launchers), ``autograd`` (``draft_attention``), ``layout`` (the document
+layout table, built once per batch), ``reference`` (the dense oracle), ``backend``
+(``--draft-attn-impl triton``), ``cross_compile`` (static sm_90 build report).
 """
 
 from .autograd import draft_attention
-from .reference import (
-    document_layout,
-    draft_attention_mask,
-    draft_attention_reference,
-)
+from .layout import document_layout
+from .reference import draft_attention_mask, draft_attention_reference
 
 __all__ = [
     "document_layout",

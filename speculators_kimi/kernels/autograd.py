@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .reference import document_layout
+from .layout import document_layout
 
 __all__ = ["DraftAttentionFunction", "draft_attention"]
 

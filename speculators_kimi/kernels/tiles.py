@@ -13,7 +13,7 @@
 - ``online_softmax_update``: one merge step of the running max (base 2), safe for
   rows that have seen only masked keys.
 
-The document layout is one int32 ``[5, N]`` table (``reference.document_layout``):
+The document layout is one int32 ``[5, N]`` table (``layout.document_layout``):
 document id, document start and end (first and one past the last position of the
 id), and the start and end of the token's contiguous run of that id.
 

@@ -33,14 +33,19 @@ DATA_SEQ_LEN = 2048
 
 
 def default_target_layer_ids(num_layers: int) -> list[int] | None:
-    """The aux layer ids the 0.9.0 trainer picks when none are given.
+    """The aux layer ids the trainer picks when none are given: upstream's own
+    default and check (:mod:`speculators.utils.target_layers`), never restated.
 
-    Returns ``None`` when that default would be invalid (duplicate ids, which
-    happens for verifiers with fewer than 8 layers); callers must then pass
+    Returns ``None`` when that check refuses the default (repeated or negative
+    ids: verifiers with fewer than 7 layers, but 3); callers must then pass
     ``--target-layer-ids`` explicitly.
     """
-    ids = [2, num_layers // 2, num_layers - 3]
-    if len(set(ids)) != len(ids) or min(ids) < 0:
+    from speculators.utils import target_layers
+
+    ids = target_layers.default_target_layer_ids(num_layers)
+    try:
+        target_layers.check_target_layer_ids(ids, num_layers, explicit=False)
+    except ValueError:
         return None
     return ids
 

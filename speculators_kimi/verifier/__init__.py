@@ -1,6 +1,8 @@
 """The verifier, loaded once for every command that runs it: hidden-state
 generation, reply regeneration and evaluation.
 
+* :mod:`.resolved`: the verifier resolved once per command (local directory,
+  shards checked, text config, decoder prefix), handed to the loader.
 * :mod:`.loading`: which decoder to load (found by the resolver ``speculators
   train`` uses, so no command can pick another decoder than training), on one
   device or spread with accelerate.
@@ -16,14 +18,18 @@ from __future__ import annotations
 
 from .capture import AuxCapture, capture_hidden_states
 from .causal import CausalVerifier, load_causal_verifier
-from .loading import DTYPES, Placement, load_text_verifier
+from .loading import DTYPES, Placement, load_decoder, load_text_verifier
+from .resolved import ResolvedVerifier, resolve_verifier
 
 __all__ = [
     "DTYPES",
     "AuxCapture",
     "CausalVerifier",
     "Placement",
+    "ResolvedVerifier",
     "capture_hidden_states",
     "load_causal_verifier",
+    "load_decoder",
     "load_text_verifier",
+    "resolve_verifier",
 ]

@@ -27,8 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..errors import CommandError, MissingInputError
-from .shards import require_whole_shards
+from ..errors import CommandError
+from .resolved import (
+    ResolvedVerifier,
+    decoder_prefix,
+    local_verifier,
+    resolve_verifier,
+)
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -39,6 +44,7 @@ __all__ = [
     "decoder_class",
     "decoder_prefix",
     "input_device",
+    "load_decoder",
     "load_text_verifier",
     "local_verifier",
     "parse_max_memory",
@@ -115,30 +121,6 @@ def input_device(model: torch.nn.Module) -> torch.device:
         if placed is not None:
             return torch.device("cpu" if placed == "disk" else placed)
     return embed.weight.device
-
-
-def decoder_prefix(
-    verifier: Path,
-    text_config: PretrainedConfig,
-    *,
-    trust_remote_code: bool = False,
-    overrides: Mapping[str, str | None] | None = None,
-) -> str:
-    """The checkpoint prefix of the decoder's keys, exactly as training resolves it.
-
-    :param overrides: ``prefix`` / ``embed_key`` / ``head_key`` / ``norm_key`` of
-        :func:`resolve_verifier_weights` (the ``--verifier-*`` flags).
-    :raises VerifierWeightsError: no decoder, or several, fit the text config.
-    """
-    from speculators.utils.verifier_weights import resolve_verifier_weights
-
-    spec = resolve_verifier_weights(
-        str(verifier),
-        text_config=text_config,
-        trust_remote_code=trust_remote_code,
-        **{k: v for k, v in (overrides or {}).items() if v is not None},
-    )
-    return spec.prefix or ""
 
 
 def _module_decoder_class(
@@ -223,56 +205,27 @@ def _from_pretrained(
     return loaded
 
 
-def local_verifier(verifier: str | Path) -> Path:
-    """``verifier`` as a local directory: hidden states need all its shards.
-
-    :raises MissingInputError: it is not one (a Hub id, a missing path).
-    """
-    path = Path(verifier)
-    if not path.is_dir():
-        raise MissingInputError(
-            f"verifier {verifier} is not a local directory (download it first, e.g. "
-            "`hf download`)"
-        )
-    return path
-
-
-def load_text_verifier(
-    verifier: str | Path,
+def load_decoder(
+    verifier: ResolvedVerifier,
     *,
     dtype: torch.dtype = torch.bfloat16,
     device: str | torch.device = "cpu",
-    trust_remote_code: bool = False,
-    weight_overrides: Mapping[str, str | None] | None = None,
     placement: Placement | None = None,
-) -> tuple[PreTrainedModel, PretrainedConfig, str]:
-    """The verifier's text decoder with its weights, in eval mode.
+) -> PreTrainedModel:
+    """The resolved verifier's text decoder with its weights, in eval mode.
 
-    :param weight_overrides: see :func:`decoder_prefix`.
     :param placement: spread the decoder over devices, CPU and disk with
         ``accelerate`` (``device`` is then ignored); see :class:`Placement`.
-    :returns: ``(decoder, text_config, decoder_prefix)``.
-    :raises FileNotFoundError: ``verifier`` is not a local directory.
-    :raises BrokenShardError: a shard of its weight map is missing or damaged.
-    :raises VerifierWeightsError: the decoder cannot be located, or some of its
-        weights are not under the prefix.
+    :raises VerifierWeightsError: some of its weights are not under the prefix.
     """
-    from speculators.utils.text_config import load_text_config
     from speculators.utils.verifier_weights import VerifierWeightsError
 
-    path = local_verifier(verifier)
-    require_whole_shards(path)
-    text_config = load_text_config(str(path), trust_remote_code=trust_remote_code)
-    prefix = decoder_prefix(
-        path,
-        text_config,
-        trust_remote_code=trust_remote_code,
-        overrides=weight_overrides,
-    )
+    text_config, prefix = verifier.text_config, verifier.prefix
+    trust_remote_code = verifier.trust_remote_code
     cls = decoder_class(text_config, trust_remote_code=trust_remote_code)
     model, info = _from_pretrained(
         cls,
-        path,
+        verifier.path,
         text_config,
         prefix,
         dtype=dtype,
@@ -288,9 +241,36 @@ def load_text_verifier(
     ]
     if missing:
         raise VerifierWeightsError(
-            f"decoder prefix {prefix!r} of {verifier}: {len(missing)} text-model "
-            f"weight(s) not loaded from the checkpoint, e.g. {sorted(missing)[:3]}. "
-            "Choose the decoder with --verifier-weight-prefix."
+            f"decoder prefix {prefix!r} of {verifier.source}: {len(missing)} "
+            f"text-model weight(s) not loaded from the checkpoint, e.g. "
+            f"{sorted(missing)[:3]}. Choose the decoder with --verifier-weight-prefix."
         )
     model.eval()
-    return model, text_config, prefix
+    return model
+
+
+def load_text_verifier(
+    verifier: str | Path,
+    *,
+    dtype: torch.dtype = torch.bfloat16,
+    device: str | torch.device = "cpu",
+    trust_remote_code: bool = False,
+    weight_overrides: Mapping[str, str | None] | None = None,
+    placement: Placement | None = None,
+) -> tuple[PreTrainedModel, PretrainedConfig, str]:
+    """The verifier's text decoder with its weights, in eval mode: resolved
+    (:func:`resolve_verifier`), then loaded (:func:`load_decoder`).
+
+    :param weight_overrides: see :func:`decoder_prefix`.
+    :param placement: see :func:`load_decoder`.
+    :returns: ``(decoder, text_config, decoder_prefix)``.
+    :raises FileNotFoundError: ``verifier`` is not a local directory.
+    :raises BrokenShardError: a shard of its weight map is missing or damaged.
+    :raises VerifierWeightsError: the decoder cannot be located, or some of its
+        weights are not under the prefix.
+    """
+    resolved = resolve_verifier(
+        verifier, trust_remote_code=trust_remote_code, weight_overrides=weight_overrides
+    )
+    model = load_decoder(resolved, dtype=dtype, device=device, placement=placement)
+    return model, resolved.text_config, resolved.prefix
