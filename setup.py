@@ -31,7 +31,7 @@ KIMI_REQUIREMENTS = ["tiktoken>=0.7"]
 # them against this install, see .ci/run); build and twine: the release checks.
 TEST_REQUIREMENTS = [
     "pytest>=8",
-    # -n auto in pyproject.toml: the suite on every core (tests/conftest.py schedules it).
+    # -n auto (pyproject.toml): every core; tests/conftest.py schedules the files.
     "pytest-xdist>=3.6",
     "ruff>=0.15",
     "mypy>=1.10",

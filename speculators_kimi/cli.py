@@ -22,7 +22,7 @@ from .errors import CommandError
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": (
-        "speculators_kimi.doctor",
+        "speculators_kimi.doctor.cli",
         "check a verifier checkpoint before training (reads no tensors unless "
         "--check-values)",
     ),
@@ -36,11 +36,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "transformers, CPU or one GPU)",
     ),
     "export": (
-        "speculators_kimi.export",
+        "speculators_kimi.export.cli",
         "write a trained EAGLE-3 checkpoint as a directory vLLM serves as is",
     ),
     "demo": (
-        "speculators_kimi.demo",
+        "speculators_kimi.demo.cli",
         "train an EAGLE-3 draft on a tiny Kimi-K2.5-shaped verifier (CPU ok)",
     ),
 }
