@@ -5,6 +5,14 @@ from typing import Any
 import pytest
 from helpers import ROOT, clean_copy, demo_command, json_report, pinned_sdist, run
 
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # Each xdist worker (and what it starts) gets its share of the cores: torch's
+    # default of one OpenMP thread per core, in every worker at once, oversubscribes
+    # the machine and spin-waits (the whole run was about 2x slower on 2 cores).
+    _share = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, str(max(1, _share)))
+
 #: Fixtures that take well over 20 s to build: a test that uses one is ``slow``
 #: (the fast loop, ``pytest -m "not slow"``, leaves it to CI).
 HEAVY_FIXTURES = {"trained_demo", "trained_mla_demo", "release"}

@@ -8,12 +8,19 @@ each test's file), never from parsing its console output.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+#: The folder that holds `vendorlib` (for ``python -m vendorlib.pytest_server``).
+TOOLS = Path(__file__).resolve().parents[1]
 
 #: Environment variables that make torch (and its BLAS) use one thread: for
 #: pytest processes that run side by side on a small machine.
@@ -90,6 +97,28 @@ def read_junit(junit: Path) -> list[Outcome]:
     return outcomes
 
 
+def pytest_args(junit: Path, targets: list[str]) -> list[str]:
+    """pytest's arguments for a run with upstream's suite options and a JUnit report."""
+    return [
+        "-q",
+        "-p",
+        "no:randomly",
+        "--continue-on-collection-errors",
+        "-o",
+        "junit_family=xunit1",
+        f"--junitxml={junit}",
+        *targets,
+    ]
+
+
+def _read_report(rc: int, text: str, junit: Path, seconds: float) -> PytestReport:
+    report = PytestReport(rc, tail="\n".join(text.splitlines()[-30:]), seconds=seconds)
+    if junit.is_file():
+        report.outcomes = read_junit(junit)
+        junit.unlink()
+    return report
+
+
 def run_pytest(
     python: str,
     cwd: Path,
@@ -100,19 +129,7 @@ def run_pytest(
     """``python -m pytest TARGETS`` in ``cwd`` with upstream's suite options."""
     junit = cwd / ".pytest-run-junit.xml"
     junit.unlink(missing_ok=True)
-    cmd = [
-        python,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:randomly",
-        "--continue-on-collection-errors",
-        "-o",
-        "junit_family=xunit1",
-        f"--junitxml={junit}",
-        *targets,
-    ]
+    cmd = [python, "-m", "pytest", *pytest_args(junit, targets)]
     start = time.monotonic()
     try:
         proc = subprocess.run(
@@ -127,9 +144,71 @@ def run_pytest(
         rc, text = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as err:
         rc, text = 124, f"pytest ran past {timeout:.0f} s: {err}"
-    report = PytestReport(rc, tail="\n".join(text.splitlines()[-30:]))
-    report.seconds = time.monotonic() - start
-    if junit.is_file():
-        report.outcomes = read_junit(junit)
-        junit.unlink()
-    return report
+    return _read_report(rc, text, junit, time.monotonic() - start)
+
+
+@dataclass(frozen=True)
+class TreeRun:
+    """One pytest run of `run_pytest_forked`: where, importing which `src/`, what."""
+
+    key: str
+    cwd: Path
+    src: Path
+    targets: list[str]
+
+
+def run_pytest_forked(
+    python: str,
+    runs: list[TreeRun],
+    env: dict[str, str],
+    jobs: int,
+    timeout: float,
+    on_report: Callable[[str, PytestReport], None],
+) -> None:
+    """Each run as ``run_pytest`` would, ``jobs`` at a time, in interpreters forked
+    from one warm parent (`pytest_server`): ``on_report`` hears each as it ends.
+
+    ``env`` is the parent's (the one every run shares; each run's ``PYTHONPATH``
+    is its ``src``). Saves each run the seconds of importing torch, transformers
+    and datasets.
+    """
+    with tempfile.TemporaryDirectory(prefix="pytest-server-") as work:
+        raws: list[dict[str, Any]] = []
+        for i, run in enumerate(runs):
+            junit = run.cwd / ".pytest-run-junit.xml"
+            junit.unlink(missing_ok=True)
+            raws.append(
+                {
+                    "key": run.key,
+                    "cwd": str(run.cwd),
+                    "src": str(run.src),
+                    "targets": run.targets,
+                    "args": pytest_args(junit, run.targets),
+                    "log": str(Path(work) / f"{i}.log"),
+                }
+            )
+        by_key = {r["key"]: (run, r) for run, r in zip(runs, raws, strict=True)}
+        job = {"runs": raws, "jobs": jobs, "timeout_s": timeout}
+        (Path(work) / "job.json").write_text(json.dumps(job))
+        server_env = {**env, "PYTHONPATH": str(TOOLS)}
+        with subprocess.Popen(
+            [python, "-m", "vendorlib.pytest_server", str(Path(work) / "job.json")],
+            env=server_env,
+            cwd=work,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                done = json.loads(line)
+                run, raw = by_key[done["key"]]
+                log = Path(raw["log"])
+                text = log.read_text(errors="replace") if log.is_file() else ""
+                rc = done.get("ok", 124)
+                if "error" in done:
+                    text += f"\n(pytest's interpreter: {done['error']})"
+                junit = run.cwd / ".pytest-run-junit.xml"
+                seconds = done.get("seconds", 0.0)
+                on_report(run.key, _read_report(rc, text, junit, seconds))
+        if proc.returncode != 0:
+            raise RuntimeError(f"pytest server failed (rc={proc.returncode})")

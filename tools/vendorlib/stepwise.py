@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from .dropin.compare import Comparison
 from .dropin.compare import report as dropin_report
 from .errors import VendorError
 from .pin import Unit, load_pin, load_series
-from .pytest_run import run_pytest, tree_env
+from .pytest_run import PytestReport, TreeRun, run_pytest_forked, tree_env
 from .sdist import extract, obtain
 from .units import apply_unit
 
@@ -254,36 +253,51 @@ def relevant_test_files(units: list[Unit], i: int, tree: Path) -> list[str]:
     return [rel for rel in tree_test_files(tree) if rel in wanted]
 
 
-def check_tree(
-    python: str,
+@dataclass(frozen=True)
+class TreePlan:
+    """What one tree's pytest run is: the unit, its tree, the units' test files
+    beside upstream's suite, and the run (None: nothing to run)."""
+
+    unit: Unit
+    tree: Path
+    where: str
+    files: list[str]
+    run: TreeRun | None
+
+
+def plan_tree(
     suite: Path | None,
     unit: Unit,
     tree: Path,
     where: str,
-    one_thread: bool = False,
     files: list[str] | None = None,
-) -> UnitReport:
+) -> TreePlan:
     """One pytest on the tree: upstream's suite and the units' tests ``files``
     (default: every unit's tests so far)."""
-    t0 = time.monotonic()
     files = tree_test_files(tree) if files is None else files
-    own = OwnResult(files, own=own_test_files(unit))
-    env = tree_env(tree / "src", one_thread)
+    run = None
     if suite is not None:
         cwd = suite_workdir(suite, tree, tree.parent / f"{tree.name}.run")
-        report = run_pytest(python, cwd, ["tests/unit", *files], env, TIMEOUT_S)
+        run = TreeRun(unit.name, cwd, tree / "src", ["tests/unit", *files])
     elif files:
-        cwd = tree
-        report = run_pytest(python, cwd, files, env, TIMEOUT_S)
-    else:
-        return UnitReport(unit.name, where, None, own, time.monotonic() - t0)
+        run = TreeRun(unit.name, tree, tree / "src", files)
+    return TreePlan(unit, tree, where, files, run)
+
+
+def judge_tree(
+    plan: TreePlan, suite: Path | None, report: PytestReport | None
+) -> UnitReport:
+    """The unit's verdict from its tree's pytest report (None: nothing ran)."""
+    own = OwnResult(plan.files, own=own_test_files(plan.unit))
+    if report is None:
+        return UnitReport(plan.unit.name, plan.where, None, own, 0.0)
     own.rc, own.tail = report.rc, report.tail
-    mine = report.in_files(set(files))
+    mine = report.in_files(set(plan.files))
     own.passed = sum(o.status == "passed" for o in mine)
     own.failed = [o.id for o in mine if o.status == "failed"]
     ran = {o.file for o in mine}
     own.failed += [
-        f"{f} (no test ran: see pytest's output)" for f in files if f not in ran
+        f"{f} (no test ran: see pytest's output)" for f in plan.files if f not in ran
     ]
     suite_result = None
     if suite is not None:
@@ -299,7 +313,7 @@ def check_tree(
         )
         if not report.reported:
             own.failed.append(f"(pytest wrote no report, rc={report.rc})")
-    return UnitReport(unit.name, where, suite_result, own, time.monotonic() - t0)
+    return UnitReport(plan.unit.name, plan.where, suite_result, own, report.seconds)
 
 
 def _line(r: UnitReport) -> str:
@@ -443,26 +457,33 @@ def run_series(
                 f"{time.monotonic() - t0:.0f} s",
                 flush=True,
             )
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            # Later trees hold more tests: start them first, so that no job is
-            # left alone with the longest tree at the end.
-            index = {u.name: i for i, u in enumerate(units)}
-            futures = [
-                pool.submit(
-                    check_tree,
-                    python,
-                    suite,
-                    *t,
-                    one_thread=jobs > 1,
-                    files=relevant_test_files(units, index[t[0].name], t[1]),
-                )
-                for t in reversed(trees)
-            ]
-            for future in as_completed(futures):
-                report = future.result()
-                report.dropin = checked.get(report.unit)
-                reports.append(report)
-                print(_line(report), flush=True)
+        # Later trees hold more tests: start them first, so that no job is
+        # left alone with the longest tree at the end.
+        index = {u.name: i for i, u in enumerate(units)}
+        plans = {
+            t[0].name: plan_tree(
+                suite, *t, files=relevant_test_files(units, index[t[0].name], t[1])
+            )
+            for t in reversed(trees)
+        }
+
+        def judged(name: str, report: PytestReport | None) -> None:
+            result = judge_tree(plans[name], suite, report)
+            result.dropin = checked.get(name)
+            reports.append(result)
+            print(_line(result), flush=True)
+
+        for name, plan in plans.items():
+            if plan.run is None:
+                judged(name, None)
+        run_pytest_forked(
+            python,
+            [p.run for p in plans.values() if p.run is not None],
+            tree_env(None, one_thread=jobs > 1),
+            max(1, jobs),
+            TIMEOUT_S,
+            judged,
+        )
     finally:
         if keep:
             print(f"trees kept under {scratch}")

@@ -17,18 +17,16 @@ import contextlib
 import importlib
 import json
 import os
-import shutil
-import signal
 import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ..forkpool import Job, preload, run_all, third_party
 from .cases import Case, run_case
 
 #: A case that runs longer is killed and recorded as such.
@@ -50,11 +48,6 @@ def _enter_tree(tree: str, src: str | None) -> None:
         os.environ.setdefault(name, value)
 
 
-def _own_modules(name: str) -> bool:
-    top = name.partition(".")[0]
-    return top in {"speculators", "speculators_kimi", "__main__"}
-
-
 def _discover() -> list[str]:
     """In a child: import what the cases import; the third-party modules loaded."""
     import pkgutil
@@ -65,7 +58,7 @@ def _discover() -> list[str]:
     for info in pkgutil.iter_modules(cli.__path__):
         with contextlib.suppress(Exception):
             importlib.import_module(f"speculators.cli.{info.name}")
-    return [m for m in list(sys.modules) if not _own_modules(m)]
+    return third_party(list(sys.modules))
 
 
 def _placeholders(text: str) -> str:
@@ -77,74 +70,13 @@ def _placeholders(text: str) -> str:
     return text.replace(tempfile.gettempdir(), "<tmp>")
 
 
-@dataclass(frozen=True)
-class Job:
-    """One forked child: its result's key, what it runs, on which tree."""
-
-    key: str
-    work: Callable[[], Any]
-    tree: str
-    src: str | None
-    quiet: bool
-
-
-def _child(job: Job, result: Path) -> None:
-    """Run the job in a forked child; write ``{"ok": value}`` or the error."""
-    started = time.monotonic()
-    try:
-        if job.quiet:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
-        _enter_tree(job.tree, job.src)
-        payload: dict[str, Any] = {"ok": job.work()}
-    except BaseException as err:  # reported, not raised: this is a child
-        payload = {"error": f"{type(err).__name__}: {err}"}
-    payload["seconds"] = round(time.monotonic() - started, 2)
-    try:
-        result.write_text(_placeholders(json.dumps(payload, sort_keys=True)))
-    finally:
-        os._exit(0)
-
-
-def _fork(job: Job, result: Path) -> int:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        _child(job, result)
-    return pid
+def _in_tree(tree: str, src: str | None, work: Callable[[], Any]) -> Any:
+    _enter_tree(tree, src)
+    return work()
 
 
 def _run_all(jobs: list[Job], parallel: int) -> dict[str, Any]:
-    """Fork each job with at most ``parallel`` alive: {job key: its result}."""
-    scratch = Path(tempfile.mkdtemp(prefix="dropin-"))
-    pending = list(enumerate(jobs))
-    alive: dict[int, tuple[int, float]] = {}
-    results: dict[str, Any] = {}
-    while pending or alive:
-        while pending and len(alive) < parallel:
-            i, job = pending.pop(0)
-            alive[_fork(job, scratch / f"{i}.json")] = (i, time.monotonic())
-        pid, _ = os.waitpid(-1, os.WNOHANG)
-        if pid:
-            i, _ = alive.pop(pid)
-            path = scratch / f"{i}.json"
-            results[jobs[i].key] = (
-                json.loads(path.read_text())
-                if path.is_file()
-                else {"error": "the case's interpreter died without a result"}
-            )
-            continue
-        for pid, (i, started) in list(alive.items()):
-            if time.monotonic() - started > CASE_TIMEOUT_S:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                alive.pop(pid)
-                results[jobs[i].key] = {"error": f"timed out after {CASE_TIMEOUT_S} s"}
-        time.sleep(0.02)
-    shutil.rmtree(scratch, ignore_errors=True)
-    return results
+    return run_all(jobs, parallel, CASE_TIMEOUT_S, rewrite=_placeholders)
 
 
 def _case(raw: dict[str, Any]) -> Case:
@@ -168,21 +100,20 @@ def serve(job: dict[str, Any]) -> dict[str, Any]:
     trees: dict[str, str | None] = job["trees"]
     parallel = int(job.get("jobs", 2))
     discover = job.get("discover") or list(trees)
-    found = _run_all([Job(t, _discover, t, trees[t], True) for t in discover], parallel)
+    found = _run_all(
+        [Job(t, partial(_in_tree, t, trees[t], _discover), True) for t in discover],
+        parallel,
+    )
     for tree, got in found.items():
         if "error" in got:
             raise RuntimeError(f"{tree}: importing speculators failed: {got['error']}")
-    for name in dict.fromkeys(m for got in found.values() for m in got["ok"]):
-        with contextlib.suppress(Exception):
-            importlib.import_module(name)
+    preload(m for got in found.values() for m in got["ok"])
     cases = [_case(c) for c in job["cases"]]
     only: dict[str, list[str]] = job.get("only") or {}
     work = [
         Job(
             f"{tree}\0{case.name}",
-            partial(run_case, case, tree),
-            tree,
-            src,
+            partial(_in_tree, tree, src, partial(run_case, case, tree)),
             case.kind == "api",
         )
         for case in cases

@@ -1,0 +1,95 @@
+"""Many pytest runs, each in a fresh interpreter forked from a warm parent.
+
+``python -m vendorlib.pytest_server JOB`` reads the runs (each: a folder, the
+`src/` to import `speculators` from, pytest's arguments, a log file) and first forks
+one child that collects the first run's tests and reports the third-party modules
+that collection loaded. The parent imports those (`forkpool.preload`), then forks
+one child per run: the child enters the run's folder, puts its `src/` first on
+``sys.path`` and in ``PYTHONPATH`` (for the subprocesses tests start), and calls
+``pytest.main`` with its output in the log. So each run pays for its tree's own
+imports and tests, not torch's, transformers' and datasets' imports again. One
+JSON line per finished run goes to stdout as it finishes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from .forkpool import OWN_PACKAGES, Job, preload, run_all, third_party
+
+
+def _enter(run: dict[str, Any], log: str | None) -> None:
+    if log is not None:
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+    os.chdir(run["cwd"])
+    # As ``PYTHONPATH=src python -m pytest`` would have it: the folder, then src.
+    sys.path[:0] = [run["cwd"], run["src"]]
+    os.environ["PYTHONPATH"] = run["src"]
+    importlib.invalidate_caches()
+
+
+def _pytest(run: dict[str, Any]) -> int:
+    import pytest
+
+    _enter(run, run["log"])
+    return int(pytest.main(run["args"]))
+
+
+def _outside(module: Any, folders: tuple[str, ...]) -> bool:
+    where = getattr(module, "__file__", None) or ""
+    paths = [where, *getattr(module, "__path__", [])]
+    return not any(p.startswith(folders) for p in paths if p)
+
+
+def _collected_modules(run: dict[str, Any]) -> list[str]:
+    """In a child: collect the run's tests; the installed modules that loaded
+    (not the tree's, not the tests and their conftests)."""
+    import pytest
+
+    _enter(run, os.devnull)
+    pytest.main(["--collect-only", "-q", *run["targets"]])
+    mine = (str(Path(run["cwd"]).resolve()), run["cwd"], run["src"])
+    return [
+        name
+        for name in third_party(list(sys.modules))
+        if _outside(sys.modules[name], mine)
+    ]
+
+
+def serve(job: dict[str, Any]) -> None:
+    """Every run of ``job`` (``runs``, ``jobs`` alive at once, ``timeout_s``)."""
+    runs: list[dict[str, Any]] = job["runs"]
+    if not runs:
+        return
+    found = run_all([Job("discover", partial(_collected_modules, runs[0]))], 1, 600)
+    preload(found["discover"].get("ok", []))
+    loaded = {m.partition(".")[0] for m in sys.modules} & OWN_PACKAGES - {"__main__"}
+    if loaded:
+        raise RuntimeError(f"preloading imported {loaded}: each run imports it afresh")
+
+    def tell(key: str, result: dict[str, Any]) -> None:
+        print(json.dumps({"key": key, **result}), flush=True)
+
+    run_all(
+        [Job(run["key"], partial(_pytest, run)) for run in runs],
+        int(job["jobs"]),
+        float(job["timeout_s"]),
+        on_result=tell,
+    )
+
+
+def main(argv: list[str]) -> int:
+    serve(json.loads(Path(argv[0]).read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
