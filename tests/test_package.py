@@ -84,6 +84,30 @@ def _smoke(py: Path, work: Path, units: list[str]) -> None:
     assert (work / "tiny" / "run" / "checkpoints" / "0" / "model.safetensors").is_file()
 
 
+#: What pip writes per install, beside the files a distribution installs.
+PER_INSTALL = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+
+
+def _installed_files(py: Path) -> dict[str, str]:
+    """Each file the installed speculators-kimi (and its speculators) put in place,
+    with the hash pip recorded: byte-compiled files and pip's own records aside."""
+    listing = run(
+        [
+            str(py),
+            "-c",
+            "import importlib.metadata as md\n"
+            "for f in md.distribution('speculators-kimi').files:\n"
+            "    print(f, f.hash.value if f.hash else '-')",
+        ]
+    ).stdout.splitlines()
+    files = dict(line.rsplit(" ", 1) for line in listing)
+    return {
+        path: digest
+        for path, digest in files.items()
+        if "__pycache__" not in path and Path(path).name not in PER_INSTALL
+    }
+
+
 def _pip_cache() -> str:
     """pip's own cache folder: kept across every install here (only the upstream
     sdist's download is forced, through ``XDG_CACHE_HOME``)."""
@@ -156,20 +180,25 @@ def test_build_sdist_and_wheel(release, tmp_path):
 def test_wheel_sdist_and_clean_clone_install_into_one_fresh_venv(release, tmp_path):
     """One fresh venv (pip's cache kept): the wheel, then the sdist, then ``pip
     install`` of a clean clone (the upstream sdist downloaded from the index), each
-    installed in turn and smoke-tested."""
+    installed in turn. The wheel's install is smoke-tested; the sdist and the clone
+    must install the very same files (hashes as pip recorded them)."""
     units = [u.name for u in load_series(release["project"])]
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)])
     py = venv / "bin" / "python"
-    pip = [str(py), "-m", "pip", "install", "--cache-dir", _pip_cache()]
+    # --no-compile: byte-compiling torch, transformers & co. is most of an install's
+    # time here and none of what this test checks.
+    pip = [str(py), "-m", "pip", "install", "--no-compile", "--cache-dir", _pip_cache()]
     # The CPU build of torch first, so that the resolver keeps it.
     run([*pip, "-q", "torch==2.13.0"], timeout=1200)
     run([*pip, str(release["wheel"])], timeout=1800)
     _smoke(py, tmp_path / "wheel", units)
+    from_wheel = _installed_files(py)
+    assert any(p.startswith("speculators/") for p in from_wheel), from_wheel
     # The same release from its sdist (the dependencies are in place already).
     reinstall = [*pip, "--force-reinstall", "--no-deps"]
     run([*reinstall, str(release["sdist"])], timeout=1800)
-    _smoke(py, tmp_path / "sdist", units)
+    assert _installed_files(py) == from_wheel, "the sdist installs other files"
 
     # `pip install .` from a clean clone (not the one `release` built in: that
     # holds the materialized tree): the upstream sdist comes from the index.
@@ -180,6 +209,7 @@ def test_wheel_sdist_and_clean_clone_install_into_one_fresh_venv(release, tmp_pa
     )
     assert "Successfully installed" in proc.stdout
     assert (cache / "speculators-kimi/sdists/speculators-0.9.0.tar.gz").is_file()
+    assert _installed_files(py) == from_wheel, "the clean clone installs other files"
     check = run(
         [
             str(py),
