@@ -20,7 +20,7 @@ import types
 from collections.abc import Callable
 
 #: Upstream's console script for `speculators` (its release's entry point);
-#: tests/test_package.py checks it against the pinned release's metadata.
+#: tests/package/test_package.py checks it against the pinned release's metadata.
 UPSTREAM_ENTRY = "speculators.__main__:app"
 
 #: Command lines answered without the package: they only print, then exit.

@@ -22,10 +22,10 @@ HEAVY_FIXTURES = {"trained_demo", "trained_mla_demo", "release"}
 SHARED_DEMOS = {"trained_demo", "trained_mla_demo"}
 DEMO_FILES = {
     "tests/kernels/test_backend_triton.py",
-    "tests/test_demo.py",
-    "tests/test_dropin.py",
-    "tests/test_evaluate.py",
-    "tests/test_export.py",
+    "tests/demo/test_demo.py",
+    "tests/tools/test_dropin.py",
+    "tests/evaluate/test_evaluate.py",
+    "tests/export/test_export.py",
 }
 
 

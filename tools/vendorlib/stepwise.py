@@ -12,7 +12,7 @@ unit that breaks an earlier unit's tests is caught too.
 The last tree is what `pip install` builds. With ``--skip-installed`` (CI), when
 the interpreter's installed `speculators` holds exactly its files it is not tested
 again here: CI runs upstream's suite on the install, and the project's own tests
-(`tests/test_vendor_build.py`) run every unit's tests on the materialized tree.
+(`tests/tools/test_vendor_build.py`) run every unit's tests on the materialized tree.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def relevant_test_files(units: list[Unit], i: int, tree: Path) -> list[str]:
     The unit's own tests, and those of each earlier unit that changes a source
     file this unit changes too: a unit can only break another's tests through
     code both touch. (Every unit's tests run together on the last tree, the
-    install: tests/test_vendor_build.py.)
+    install: tests/tools/test_vendor_build.py.)
     """
     mine = source_files(units[i])
     wanted = set(own_test_files(units[i]))

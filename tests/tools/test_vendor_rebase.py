@@ -90,7 +90,7 @@ def test_unrelated_change_applies_and_moves_the_pin(
 ):
     """The success path: applied, pin + CHANGELOG updated. (The units' tests on
     the rebased tree are skipped here: they are those of the series' last tree,
-    which tests/test_vendor_build.py runs; running them is
+    which tests/tools/test_vendor_build.py runs; running them is
     test_rebase_runs_the_units_tests_of_the_tree's.)"""
     readme = untouched_file(project_copy, ["README.md", "setup.py", "MANIFEST.in"])
 

@@ -258,7 +258,7 @@ def test_zoo_member_trains(member, tmp_path):
 def test_mla_draft_trains_through_the_cli(tmp_path):
     """``speculators train --draft-arch deepseek_v3`` on Kimi-K2.5: the MLA draft
     saved, reloaded and decoding losslessly against its verifier. (Distributed
-    training is tests/test_train_cpu.py's one gloo and one FSDP run.)"""
+    training is tests/upstream/test_train_cpu.py's one gloo and one FSDP run.)"""
     zoo, data, _ = _generate("kimi-k25", tmp_path)
     spec = tiny.TinyVerifierSpec()
     argv = tiny.train_command(spec, zoo.path, data, tmp_path / "run", max_steps=STEPS)

@@ -262,7 +262,7 @@ def _demo_until_first_checkpoint(cmd: list[str], out: Path) -> str:
 def test_demo_interrupted_training(tmp_path):
     """The demo's own resume (its stage markers) after SIGKILL: a changed train
     flag starts over, an unchanged rerun resumes. The trainer's resume itself is
-    tests/test_train_cpu.py's."""
+    tests/upstream/test_train_cpu.py's."""
     out = tmp_path / "demo"
     base = [sys.executable, "-m", "speculators_kimi.demo", "--out", str(out)]
     cmd = [*base, "--num-samples", "10", "--epochs", "2"]

@@ -14,7 +14,9 @@ from pathlib import Path
 from vendorlib.pin import load_pin
 from vendorlib.sdist import extract_all, obtain
 
-TESTS = Path(__file__).resolve().parent
+#: The tests' support modules (this folder), the tests, the project.
+SUPPORT = Path(__file__).resolve().parent
+TESTS = SUPPORT.parent
 ROOT = TESTS.parent
 #: The console scripts of the environment under test (speculators, torchrun, ...).
 BIN = Path(sys.executable).parent
@@ -62,7 +64,7 @@ def torchrun_train(
     With ``probe``, torchrun runs :mod:`distributed_probe` instead (the same
     trainer, which also writes what each rank set up to ``$SPECULATORS_KIMI_PROBE``).
     """
-    probed = [str(TESTS / "distributed_probe.py")]
+    probed = [str(SUPPORT / "distributed_probe.py")]
     target = probed if probe else ["-m", "speculators.train"]
     return [
         str(BIN / "torchrun"),

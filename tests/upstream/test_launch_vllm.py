@@ -4,7 +4,7 @@ The dry-run commands for a Kimi-K2.5-shaped verifier (nested DeepSeek-V3
 ``text_config``, 61 layers) and a Qwen2.5-Omni-shaped one
 (``thinker_config.text_config``, 28 layers) are handed, in one subprocess in the
 scratch vLLM environment of ``tools/vllm_check.py`` (``vllmcheck.env``), to vLLM's
-own code (``tests/vllm_launch_probe.py``): ``vllm serve``'s argument parser and
+own code (``tests/support/vllm_launch_probe.py``): ``vllm serve``'s argument parser and
 validation, ``KVTransferConfig``, vLLM's text config of the same checkpoint,
 ``ExtractHiddenStatesConfig`` and ``EngineArgs.create_speculative_config``.
 ``VLLM_TARGET_DEVICE=cpu`` is vLLM's own switch to its CPU platform (the
@@ -18,7 +18,7 @@ import os
 import warnings
 from pathlib import Path
 
-from helpers import TESTS, run
+from helpers import SUPPORT, run
 from speculators.data_generation.vllm_launch import main as launch_vllm
 from speculators.models.utils import resolve_target_layer_ids
 from speculators.utils.target_layers import default_target_layer_ids
@@ -102,7 +102,7 @@ def test_vllm_accepts_launch_vllm_commands(tmp_path, monkeypatch, capsys):
 
     python = ensure_env(default_env())
     proc = run(
-        [str(python), str(TESTS / "vllm_launch_probe.py"), str(commands)],
+        [str(python), str(SUPPORT / "vllm_launch_probe.py"), str(commands)],
         env={
             "VLLM_TARGET_DEVICE": "cpu",
             "HF_HUB_OFFLINE": "1",

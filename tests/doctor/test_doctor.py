@@ -2,7 +2,7 @@
 (unless ``--check-values``, which counts NaN/inf in the tensors the draft uses).
 
 Run with the patched package on the path:
-``PYTHONPATH=/tmp/unit-weights/src:/work/main pytest tests/test_doctor.py``
+``PYTHONPATH=/tmp/unit-weights/src:/work/main pytest tests/doctor/test_doctor.py``
 (or with speculators-kimi installed).
 """
 

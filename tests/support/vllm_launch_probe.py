@@ -1,4 +1,4 @@
-"""Run by ``tests/test_launch_vllm.py`` in the scratch vLLM environment: what vLLM
+"""Run by ``tests/upstream/test_launch_vllm.py`` in the scratch vLLM environment: what vLLM
 0.33's own code makes of ``speculators launch-vllm`` commands.
 
 Reads ``{name: argv}`` (JSON, argv[1]) and prints a JSON report per command:
