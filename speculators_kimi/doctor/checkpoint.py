@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .report import Problem, Report
+from .report import DECODER_FIELDS, Problem, Report
 
 __all__ = [
     "TEXT_FIELDS",
@@ -27,14 +27,7 @@ __all__ = [
 
 #: The text-config fields the report shows.
 TEXT_FIELDS = (
-    "model_type",
-    "hidden_size",
-    "vocab_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "intermediate_size",
+    *DECODER_FIELDS,
     "tie_word_embeddings",
     "kv_lora_rank",
     "v_head_dim",

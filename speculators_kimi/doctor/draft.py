@@ -12,20 +12,13 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from .report import Problem, Report
+from .report import DECODER_FIELDS, Problem, Report
 
 __all__ = ["DRAFT_FIELDS", "DraftChoices", "draft_options", "draft_section"]
 
 #: The draft-config fields the report shows.
 DRAFT_FIELDS = (
-    "model_type",
-    "hidden_size",
-    "vocab_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "intermediate_size",
+    *DECODER_FIELDS,
     "hidden_act",
     "rms_norm_eps",
     "max_position_embeddings",

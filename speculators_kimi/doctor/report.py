@@ -10,7 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Problem", "Report", "render"]
+__all__ = ["DECODER_FIELDS", "Problem", "Report", "render"]
+
+#: The decoder geometry both the verifier's and the draft's sections show.
+DECODER_FIELDS = (
+    "model_type",
+    "hidden_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+)
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""Run by ``tests/upstream/test_launch_vllm.py`` in the scratch vLLM environment: what vLLM
-0.33's own code makes of ``speculators launch-vllm`` commands.
+"""Run by ``tests/upstream/test_launch_vllm.py`` in the scratch vLLM environment:
+what vLLM 0.33's own code makes of ``speculators launch-vllm`` commands.
 
 Reads ``{name: argv}`` (JSON, argv[1]) and prints a JSON report per command:
 ``vllm serve``'s argument parser and its post-parse validation, the

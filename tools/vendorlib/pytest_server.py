@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .forkpool import OWN_PACKAGES, Job, preload, run_all, third_party
+from .forkpool import OWN_PACKAGES, Job, exit_now, preload, run_all, third_party
 
 
 def _enter(run: dict[str, Any], log: str | None) -> None:
@@ -44,9 +44,12 @@ def _pytest(run: dict[str, Any]) -> int:
 
 
 def _outside(module: Any, folders: tuple[str, ...]) -> bool:
-    where = getattr(module, "__file__", None) or ""
-    paths = [where, *getattr(module, "__path__", [])]
-    return not any(p.startswith(folders) for p in paths if p)
+    """Whether ``module`` was loaded from none of ``folders`` (unknown: no)."""
+    try:
+        paths = [getattr(module, "__file__", None), *getattr(module, "__path__", [])]
+        return not any(str(p).startswith(folders) for p in paths if p)
+    except Exception:  # a lazy or odd module that will not say: leave it out
+        return False
 
 
 def _collected_modules(run: dict[str, Any]) -> list[str]:
@@ -70,6 +73,11 @@ def serve(job: dict[str, Any]) -> None:
     if not runs:
         return
     found = run_all([Job("discover", partial(_collected_modules, runs[0]))], 1, 600)
+    if "error" in found["discover"]:
+        print(
+            f"pytest server: no preloading: {found['discover']['error']}",
+            file=sys.stderr,
+        )
     preload(found["discover"].get("ok", []))
     loaded = {m.partition(".")[0] for m in sys.modules} & OWN_PACKAGES - {"__main__"}
     if loaded:
@@ -92,4 +100,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))

@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..forkpool import Job, preload, run_all, third_party
+from ..forkpool import Job, exit_now, preload, run_all, third_party
 from .cases import Case, run_case
 
 #: A case that runs longer is killed and recorded as such.
@@ -138,4 +138,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))
