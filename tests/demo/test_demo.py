@@ -145,8 +145,12 @@ def test_demo_rerun_redoes_the_stages_whose_inputs_changed(tmp_path):
         """The demo's lines, as the command line shows them (in process the
         library only logs)."""
         lines: list[str] = []
-        handler = logging.Handler()
-        handler.emit = lambda r: lines.append(f"[demo] {r.getMessage()}\n")
+
+        class Lines(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(f"[demo] {record.getMessage()}\n")
+
+        handler = Lines()
         logger = logging.getLogger("speculators_kimi.demo")
         logger.addHandler(handler)
         level = logger.level

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    from torch import Tensor
 safetensors_torch = pytest.importorskip("safetensors.torch")
 pytest.importorskip("speculators.utils.verifier_weights")
 
@@ -35,9 +38,7 @@ HIDDEN, VOCAB, LAYERS = 64, 256, 8
 SPEC = KimiTinySpec(hidden_size=HIDDEN, num_words=VOCAB - 8, num_layers=LAYERS)
 
 
-def kimi_hub(
-    path: Path, head: dict | None = None, norm: torch.Tensor | None = None
-) -> Path:
+def kimi_hub(path: Path, head: dict | None = None, norm: Tensor | None = None) -> Path:
     """Kimi-K2.5 as the Hub ships it: remote-code config, language_model.* keys."""
     classes = {"AutoConfig": "configuration_kimi.KimiK25Config"}
     auto_map = remote_code(path, path.parent / "imported", classes)

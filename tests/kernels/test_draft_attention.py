@@ -89,7 +89,9 @@ def check(
     out = draft_attention(*ins, docs, sliding_window=window, scale=scale)
     assert out.dtype == dtype and out.shape == do.shape
     refs = [x.double().requires_grad_(backward) for x in (q, k, v)]
-    ref = draft_attention_reference(*refs, docs, sliding_window=window, scale=scale)
+    ref = draft_attention_reference(
+        refs[0], refs[1], refs[2], docs, sliding_window=window, scale=scale
+    )
     tol_o, tol_g = TOL[dtype]
     torch.testing.assert_close(out.double(), ref, atol=tol_o, rtol=0)
     if not backward:
@@ -300,7 +302,7 @@ def test_autocast_casts_mixed_inputs_as_for_sdpa():
         torch.bfloat16,
     ]
     rounded = [x.to(torch.bfloat16).double() for x in (q, k, v)]
-    ref = draft_attention_reference(*rounded, docs)
+    ref = draft_attention_reference(rounded[0], rounded[1], rounded[2], docs)
     torch.testing.assert_close(out.double(), ref, atol=TOL[torch.bfloat16][0], rtol=0)
     with pytest.raises(TypeError, match="share a dtype"):
         draft_attention(q, k, v, docs)  # without autocast: refused
@@ -334,11 +336,13 @@ def test_ttt_loop_gradients_accumulate():
 
     def loop(fn, dtype):
         leaves = [x.detach().to(dtype).requires_grad_() for x in (*qs, *ks, *vs)]
-        total = 0
+        total = None
         for step in range(3):
             k = torch.cat(leaves[3 : 4 + step], dim=2)
             v = torch.cat(leaves[6 : 7 + step], dim=2)
-            total = total + (fn(leaves[step], k, v, docs) ** 2).sum()
+            term = (fn(leaves[step], k, v, docs) ** 2).sum()
+            total = term if total is None else total + term
+        assert total is not None
         total.backward()
         return [x.grad for x in leaves]
 

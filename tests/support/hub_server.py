@@ -161,7 +161,7 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 self._error("RevisionNotFound", "Invalid rev id", body=body)
             else:
                 root = server.repos[repo].resolve()
-                file = (root / filename).resolve()
+                file = (root / match["file"]).resolve()
                 if not file.is_file() or root not in file.parents:
                     self._error("EntryNotFound", "Entry not found", body=body)
                 else:

@@ -52,10 +52,14 @@ def _of(build: Callable[[Path], tiny.TinyCheckpoint]) -> Callable[[Path], Member
     return make
 
 
-def _kimi(seed: int, **variant: bool) -> Callable[[Path], tiny.TinyCheckpoint]:
+def _kimi(
+    seed: int, *, sharded: bool = False, remote: bool = False
+) -> Callable[[Path], tiny.TinyCheckpoint]:
     """Kimi-K2.5 with its final norm perturbed, as ``variant`` says."""
     spec = tiny.KimiTinySpec(seed=seed)
-    return lambda out: tiny.kimi_k25(out, spec, perturb=True, **variant)
+    return lambda out: tiny.kimi_k25(
+        out, spec, perturb=True, sharded=sharded, remote=remote
+    )
 
 
 #: Kimi-K2.5 in 4 shards: embedding first, head and final norm last.

@@ -102,8 +102,8 @@ def fake_project(tmp_path: Path) -> tuple[Path, Path, Path]:
     )
 
     suite = tmp_path / "suite"
-    for init in ("tests/__init__.py", "tests/unit/__init__.py"):
-        write(suite / "snapshot" / init, "")
+    for package in ("tests/__init__.py", "tests/unit/__init__.py"):
+        write(suite / "snapshot" / package, "")
     write(suite / "snapshot/tests/unit/test_core.py", SUITE_TEST)
     write(suite / "baseline.txt", "tests.unit.test_core::test_still_works\n")
     return root, sdist, suite

@@ -29,11 +29,13 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    from torch import Tensor
 safetensors_torch = pytest.importorskip("safetensors.torch")
 pytest.importorskip("huggingface_hub")
 
@@ -175,7 +177,7 @@ class Run:
         )
         return json.loads((self.out / "record.json").read_text())
 
-    def tensors(self, name: str) -> dict[str, torch.Tensor]:
+    def tensors(self, name: str) -> dict[str, Tensor]:
         self.record()
         return safetensors_torch.load_file(str(self.out / name))
 
@@ -187,11 +189,11 @@ class HubRuns:
     online: Run
     offline: Run
     phases: dict[str, list[Request]]
-    rows: torch.Tensor
+    rows: Tensor
     hf_home: Path
 
 
-def _rows(vocab: int) -> torch.Tensor:
+def _rows(vocab: int) -> Tensor:
     """A draft-vocabulary mask with runs and gaps (3 of every 7 ids, plus the last)."""
     ids = torch.arange(vocab)
     return ((ids % 7 >= 2) & (ids % 7 < 5)) | (ids == vocab - 1)
@@ -202,7 +204,11 @@ def _spec_fields(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _full_downloads(requests: list[Request], repo: str = REPO) -> list[str]:
-    return sorted(r.filename for r in requests if r.repo == repo and r.full_download)
+    return sorted(
+        name
+        for r in requests
+        if r.repo == repo and r.full_download and (name := r.filename) is not None
+    )
 
 
 @pytest.fixture(scope="module")
