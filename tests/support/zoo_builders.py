@@ -55,7 +55,7 @@ def _of(build: Callable[[Path], tiny.TinyCheckpoint]) -> Callable[[Path], Member
 def _kimi(
     seed: int, *, sharded: bool = False, remote: bool = False
 ) -> Callable[[Path], tiny.TinyCheckpoint]:
-    """Kimi-K2.5 with its final norm perturbed, as ``variant`` says."""
+    """Kimi-K2.5 with its final norm perturbed, sharded or remote-code as asked."""
     spec = tiny.KimiTinySpec(seed=seed)
     return lambda out: tiny.kimi_k25(
         out, spec, perturb=True, sharded=sharded, remote=remote
