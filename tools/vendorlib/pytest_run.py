@@ -97,6 +97,11 @@ def read_junit(junit: Path) -> list[Outcome]:
     return outcomes
 
 
+def junit_path(cwd: Path) -> Path:
+    """Where a run in ``cwd`` writes its JUnit report (read, then removed)."""
+    return cwd / ".pytest-run-junit.xml"
+
+
 def pytest_args(junit: Path, targets: list[str]) -> list[str]:
     """pytest's arguments for a run with upstream's suite options and a JUnit report."""
     return [
@@ -127,7 +132,7 @@ def run_pytest(
     timeout: float = 1800,
 ) -> PytestReport:
     """``python -m pytest TARGETS`` in ``cwd`` with upstream's suite options."""
-    junit = cwd / ".pytest-run-junit.xml"
+    junit = junit_path(cwd)
     junit.unlink(missing_ok=True)
     cmd = [python, "-m", "pytest", *pytest_args(junit, targets)]
     start = time.monotonic()
@@ -175,7 +180,7 @@ def run_pytest_forked(
     with tempfile.TemporaryDirectory(prefix="pytest-server-") as work:
         raws: list[dict[str, Any]] = []
         for i, run in enumerate(runs):
-            junit = run.cwd / ".pytest-run-junit.xml"
+            junit = junit_path(run.cwd)
             junit.unlink(missing_ok=True)
             raws.append(
                 {
@@ -207,7 +212,7 @@ def run_pytest_forked(
                 rc = done.get("ok", 124)
                 if "error" in done:
                     text += f"\n(pytest's interpreter: {done['error']})"
-                junit = run.cwd / ".pytest-run-junit.xml"
+                junit = junit_path(run.cwd)
                 seconds = done.get("seconds", 0.0)
                 on_report(run.key, _read_report(rc, text, junit, seconds))
         if proc.returncode != 0:

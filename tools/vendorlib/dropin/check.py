@@ -18,13 +18,11 @@ from pathlib import Path
 
 from ..errors import VendorError
 from ..pin import Unit, load_pin, load_series
-from ..pytest_run import tree_env
+from ..pytest_run import TOOLS, tree_env
 from ..sdist import extract, obtain
 from ..stepwise import installed_package, source_files
 from .cases import Case, api_cases, cli_cases
 from .compare import Comparison, compare, load_intended
-
-TOOLS = Path(__file__).resolve().parents[2]
 
 
 @dataclass
