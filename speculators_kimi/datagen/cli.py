@@ -13,6 +13,7 @@ import argparse
 from ..cli_args import (
     add_placement_arguments,
     add_verifier_weight_arguments,
+    call_with_args,
     placement_from_args,
     verifier_weight_kwargs,
 )
@@ -79,22 +80,12 @@ def run(args: argparse.Namespace) -> int:
     from speculators.utils.cli_errors import check_model_source
 
     check_model_source(args.verifier, "--verifier")
-    placement = placement_from_args(args)
-    res = generate_hidden_states(
-        args.verifier,
-        args.data_path,
-        output_dir=args.output_dir,
-        target_layer_ids=args.target_layer_ids,
-        dtype=args.dtype,
-        device=args.device,
-        batch_size=args.batch_size,
-        max_batch_tokens=args.max_batch_tokens,
-        trust_remote_code=args.trust_remote_code,
+    res = call_with_args(
+        generate_hidden_states,
+        args,
         weight_overrides=verifier_weight_kwargs(args),
         progress=not args.no_progress,
-        overwrite=args.overwrite,
-        placement=placement,
-        on_mismatch=args.on_mismatch,
+        placement=placement_from_args(args),
     )
     others = (
         f", {res.other_verifier} of them replacing another verifier's"
