@@ -13,13 +13,22 @@ per forward, come from :mod:`speculators_kimi.verifier`, which
 * :mod:`.decode`: one prompt's speculative (and plain greedy) decoding.
 * :mod:`.prompts`: prompts from a prepared dataset or a conversations JSONL.
 * :mod:`.report`: decoding over all prompts, the numbers.
+* :mod:`.profile`: per-position acceptance (marginal and conditional) with the
+  per-request rows behind it (``--profile``).
+* :mod:`.context`: acceptance by context length; the lengths a draft was trained
+  for, and the warning past them.
+* :mod:`.epochs`: every epoch of a run measured, the best picked (``--each-epoch``).
 * :mod:`.session`: a draft and its verifier loaded and checked together.
+* :mod:`.text`: the reports as text.
 * :mod:`.cli`: the ``evaluate`` command.
 """
 
 from __future__ import annotations
 
+from .context import acceptance_by_context, draft_lengths, length_warnings
 from .draft import DraftRunner, untrained_copy
+from .epochs import epoch_table
+from .profile import RequestRecord, build_profile, check_profile
 from .prompts import Prompt, dataset_prompts, jsonl_prompts
 from .report import EvaluationReport, evaluate_draft
 from .session import EvaluationSession, load_draft, load_session
@@ -29,9 +38,16 @@ __all__ = [
     "EvaluationReport",
     "EvaluationSession",
     "Prompt",
+    "RequestRecord",
+    "acceptance_by_context",
+    "build_profile",
+    "check_profile",
     "dataset_prompts",
+    "draft_lengths",
+    "epoch_table",
     "evaluate_draft",
     "jsonl_prompts",
+    "length_warnings",
     "load_draft",
     "load_session",
     "untrained_copy",

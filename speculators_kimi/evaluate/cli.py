@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cli_args import (
     add_json_argument,
     add_placement_arguments,
     add_verifier_weight_arguments,
+    call_with_args,
     emit_report,
     placement_from_args,
+    save_json_report,
     verifier_weight_kwargs,
 )
 from ..errors import CommandError, MissingInputError
+from .text import format_epoch_table, format_report
+
+if TYPE_CHECKING:
+    from .prompts import Prompt
+    from .report import EvaluationReport
+    from .session import EvaluationSession
 
 __all__ = ["add_arguments", "draft_checkpoint", "run"]
 
@@ -71,6 +80,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="with --prompts: template variables as a JSON object",
     )
+    parser.add_argument(
+        "--context-length",
+        type=int,
+        default=None,
+        help="with --data: long prompts, each row's prompt after as many whole "
+        "earlier conversations of the split as fit in this many tokens",
+    )
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="PATH",
+        help="write the per-position acceptance profile (marginal and conditional "
+        "rates, their counts, one row per request) as JSON to PATH",
+    )
+    parser.add_argument(
+        "--each-epoch",
+        action="store_true",
+        help="--draft is a run's checkpoints directory: measure every epoch's "
+        "checkpoint on the same prompts and pick the best by acceptance length",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--dtype",
@@ -117,68 +146,93 @@ def _template_kwargs(text: str | None) -> dict[str, Any] | None:
         raise CommandError(err.format_message()) from None
 
 
-def format_report(report: dict[str, Any]) -> str:
-    rates = ", ".join(f"{r:.3f}" for r in report["acceptance_rate_per_position"])
-    lossless = report["lossless"]
-    lines = [
-        f"mean acceptance length  {report['mean_acceptance_length']:.3f} "
-        f"(K={report['num_speculative_tokens']}, T={report['temperature']})",
-        f"acceptance per position {rates}",
-        f"prompts                 {report['num_prompts']} "
-        f"({report['num_generated_tokens']} tokens generated, "
-        f"{report['verifier_forwards']} verifier forwards)",
-        f"wall time               {report['wall_time_s']} s",
-    ]
-    if lossless is not None:
-        mismatched = report["mismatched_prompts"]
-        lines.append(
-            "lossless                "
-            + ("yes" if lossless else f"NO: {len(mismatched)} prompt(s) differ")
-            + f" (greedy decoding {report['greedy_wall_time_s']} s)"
-        )
-    return "\n".join(lines)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``evaluate`` from parsed arguments."""
-    from speculators.utils.cli_errors import check_model_source
-
+def _prompts(args: argparse.Namespace) -> list[Prompt]:
+    """The prompts ``--data`` or ``--prompts`` names, the first ``--num-prompts``."""
     from .prompts import dataset_prompts, jsonl_prompts
-    from .session import load_session
 
-    check_model_source(args.verifier, "--verifier")
-    checkpoint = draft_checkpoint(args.draft)
-    placement = placement_from_args(args)
     if args.data:
-        prompts = dataset_prompts(
-            args.data, train_data_ratio=args.train_data_ratio, split=args.split
-        )
+        prompts = call_with_args(dataset_prompts, args, data_path=args.data)
     else:
-        kwargs = _template_kwargs(args.chat_template_kwargs)
+        if args.context_length:
+            raise CommandError("--context-length builds prompts from --data")
         prompts = jsonl_prompts(
             args.prompts,
             args.verifier,
             trust_remote_code=args.trust_remote_code,
-            chat_template_kwargs=kwargs,
+            chat_template_kwargs=_template_kwargs(args.chat_template_kwargs),
         )
-    prompts = prompts[: args.num_prompts] if args.num_prompts else prompts
-    session = load_session(
-        checkpoint,
-        args.verifier,
-        dtype=args.dtype,
-        device=args.device,
-        placement=placement,
-        trust_remote_code=args.trust_remote_code,
-        weight_overrides=verifier_weight_kwargs(args),
-    )
-    report = session.evaluate(
+    return prompts[: args.num_prompts] if args.num_prompts else prompts
+
+
+def _decode(
+    session: EvaluationSession, prompts: list[Prompt], args: argparse.Namespace
+) -> EvaluationReport:
+    return session.evaluate(
         prompts,
         num_speculative_tokens=args.num_speculative_tokens,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         seed=args.seed,
         progress=not args.no_progress,
-    ).as_dict()
-    report = {"draft": str(checkpoint), "verifier": str(args.verifier), **report}
+    )
+
+
+def _each_epoch(
+    session: EvaluationSession, prompts: list[Prompt], args: argparse.Namespace
+) -> int:
+    from .epochs import epoch_table
+
+    reports: dict[Path, EvaluationReport] = {}
+
+    def measure(checkpoint: Path) -> float:
+        reports[checkpoint] = _decode(
+            session.with_checkpoint(checkpoint, args.verifier), prompts, args
+        )
+        return reports[checkpoint].mean_acceptance_length
+
+    table = epoch_table(args.draft, measure)
+    if args.profile:
+        best = Path(table["best"]["checkpoint"])
+        picked = next(r for c, r in reports.items() if c.resolve() == best)
+        save_json_report(picked.profile(), args.profile, show=False)
+    emit_report(table, format_epoch_table(table), args)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``evaluate`` from parsed arguments."""
+    from speculators.utils.cli_errors import check_model_source
+
+    from .context import draft_lengths, length_warnings
+    from .session import load_session
+
+    check_model_source(args.verifier, "--verifier")
+    checkpoint = draft_checkpoint(args.draft)
+    prompts = _prompts(args)
+    warnings = length_warnings(
+        [len(p.token_ids) for p in prompts],
+        args.max_new_tokens,
+        draft_lengths(checkpoint),
+    )
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    session = call_with_args(
+        load_session,
+        args,
+        checkpoint=checkpoint,
+        placement=placement_from_args(args),
+        weight_overrides=verifier_weight_kwargs(args),
+    )
+    if args.each_epoch:
+        return _each_epoch(session, prompts, args)
+    result = _decode(session, prompts, args)
+    if args.profile:
+        save_json_report(result.profile(), args.profile, show=False)
+    report = {
+        "draft": str(checkpoint),
+        "verifier": str(args.verifier),
+        **result.as_dict(),
+        "warnings": warnings,
+    }
     emit_report(report, format_report(report), args)
     return 0

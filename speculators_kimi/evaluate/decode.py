@@ -36,6 +36,8 @@ class PromptResult:
 
     tokens: list[int]  # generated (prompt excluded), cut at EOS / max_new_tokens
     accepted: list[int] = field(default_factory=list)  # draft tokens accepted per round
+    #: tokens of context (prompt and output so far) when each round proposed
+    context_lengths: list[int] = field(default_factory=list)
     verifier_forwards: int = 0  # prefill included
 
     @property
@@ -160,6 +162,7 @@ def speculative_generate(
         logits, aux_new = verifier.forward([context[-1], *proposed], v_cache)
         m, next_token = _verify(proposed, dists, logits, temperature, gen)
         result.accepted.append(m)
+        result.context_lengths.append(len(context))
         emitted = [*proposed[:m], next_token]
         extra = v_cache.get_seq_length() - (length + m + 1)
         if extra > 0:  # the rejected draft tokens

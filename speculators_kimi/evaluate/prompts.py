@@ -29,13 +29,13 @@ class Prompt:
     source: str
 
 
-def dataset_prompts(
-    data_path: str | Path, *, train_data_ratio: float = 0.9, split: str = "val"
-) -> list[Prompt]:
-    """Prompts of the rows ``speculators train`` holds out (``split="val"``), or of
-    every row (``"all"``).
+def _split_rows(
+    data_path: str | Path, train_data_ratio: float, split: str
+) -> list[tuple[int, list[int], int]]:
+    """``(row index, input ids, first trained position)`` of the split's rows
+    that have a prompt before their first trained token.
 
-    :raises CommandError: the split is empty, or a row has no trained token.
+    :raises CommandError: the split is empty, or no row of it has a prompt.
     :raises DataCheckError: ``data_path`` is not a prepare-data dataset.
     """
     from datasets import load_from_disk
@@ -50,16 +50,44 @@ def dataset_prompts(
             f"{data_path}: train_data_ratio={train_data_ratio} holds out none of "
             f"its {n} rows; lower --train-data-ratio or use --split all"
         )
-    prompts = []
+    rows = []
     for i in range(start, n):
         row = dataset[i]
-        mask = list(row["loss_mask"])
-        first = next((j for j, v in enumerate(mask) if v), None)
-        if not first:  # no trained token, or no prompt before it
-            continue
-        prompts.append(Prompt(list(row["input_ids"][:first]), f"{data_path}[{i}]"))
-    if not prompts:
+        first = next((j for j, v in enumerate(row["loss_mask"]) if v), None)
+        if first:  # a trained token, with a prompt before it
+            rows.append((i, list(row["input_ids"]), first))
+    if not rows:
         raise CommandError(f"{data_path}: no row of split {split!r} has a prompt")
+    return rows
+
+
+def dataset_prompts(
+    data_path: str | Path,
+    *,
+    train_data_ratio: float = 0.9,
+    split: str = "val",
+    context_length: int | None = None,
+) -> list[Prompt]:
+    """Prompts of the rows ``speculators train`` holds out (``split="val"``), or of
+    every row (``"all"``).
+
+    :param context_length: long prompts: before each row's prompt, as many whole
+        conversations of the split (the rows before it, wrapping around) as fit
+        in this many tokens, so decoding starts deep into a long context.
+    :raises CommandError: the split is empty, or a row has no trained token.
+    :raises DataCheckError: ``data_path`` is not a prepare-data dataset.
+    """
+    rows = _split_rows(data_path, train_data_ratio, split)
+    prompts = []
+    for n, (i, ids, first) in enumerate(rows):
+        prompt = ids[:first]
+        if context_length:
+            for back in range(1, len(rows)):
+                earlier = rows[n - back][1]
+                if len(earlier) + len(prompt) > context_length:
+                    break
+                prompt = earlier + prompt
+        prompts.append(Prompt(prompt, f"{data_path}[{i}]"))
     return prompts
 
 

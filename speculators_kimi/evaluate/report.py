@@ -3,9 +3,11 @@ draft by before serving it.
 
 ``mean_acceptance_length`` is tokens emitted per verification forward (accepted
 draft tokens plus the verifier's own), as vLLM reports it; position ``k``'s
-acceptance rate is the fraction of rounds whose ``k``-th draft token was
-accepted. Greedy decoding is checked against the verifier's own greedy decoding
-of every prompt (``lossless``), which also times plain decoding.
+acceptance rate is marginal, the fraction of rounds whose ``k``-th draft token
+was accepted, as vLLM reports it too (the conditional rates, and the rows behind
+both, are in :mod:`.profile`). Greedy decoding is checked against the verifier's
+own greedy decoding of every prompt (``lossless``), which also times plain
+decoding.
 """
 
 from __future__ import annotations
@@ -13,13 +15,21 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .context import acceptance_by_context
 from .decode import acceptance_length, greedy_generate, speculative_generate
 from .draft import DraftRunner
+from .profile import (
+    RequestRecord,
+    accepted_per_position,
+    build_profile,
+    conditional_rates,
+    marginal_rates,
+)
 
 if TYPE_CHECKING:
     from ..verifier.causal import CausalVerifier
@@ -33,7 +43,9 @@ class EvaluationReport:
     """The result of :func:`evaluate_draft` (``--json`` writes it as is)."""
 
     mean_acceptance_length: float
-    acceptance_rate_per_position: list[float]
+    acceptance_rate_per_position: list[float]  # marginal, as vLLM logs it
+    conditional_acceptance_rate_per_position: list[float | None]
+    acceptance_by_context: list[dict[str, Any]]  # see .context
     num_prompts: int
     num_generated_tokens: int
     lossless: bool | None  # greedy only: equal to the verifier's greedy output
@@ -44,9 +56,23 @@ class EvaluationReport:
     max_new_tokens: int
     wall_time_s: float
     greedy_wall_time_s: float | None  # plain decoding of the same prompts
+    seed: int = 0
+    #: one row per prompt (in :meth:`profile`, not in :meth:`as_dict`)
+    records: list[RequestRecord] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        report = asdict(self)
+        del report["records"]
+        return report
+
+    def profile(self) -> dict[str, Any]:
+        """The per-position profile of this run, with its per-request rows."""
+        sampling = {
+            "temperature": self.temperature,
+            "seed": self.seed,
+            "max_new_tokens": self.max_new_tokens,
+        }
+        return build_profile(self.records, self.num_speculative_tokens, sampling)
 
 
 def evaluate_draft(
@@ -72,6 +98,7 @@ def evaluate_draft(
     k = num_speculative_tokens
     drafter = DraftRunner(draft, verifier.device)
     gen = torch.Generator().manual_seed(seed)
+    records: list[RequestRecord] = []
     accepted: list[int] = []
     generated = forwards = 0
     mismatched: list[str] = []
@@ -91,6 +118,15 @@ def evaluate_draft(
             generator=gen,
         )
         spec_s += time.perf_counter() - t0
+        records.append(
+            RequestRecord(
+                source=prompt.source,
+                prompt_length=len(prompt.token_ids),
+                num_generated_tokens=len(out.tokens),
+                accepted_per_step=out.accepted,
+                context_length_per_step=out.context_lengths,
+            )
+        )
         accepted += out.accepted
         generated += len(out.tokens)
         forwards += out.verifier_forwards
@@ -103,12 +139,14 @@ def evaluate_draft(
             if want.tokens != out.tokens:
                 mismatched.append(prompt.source)
         bar.set_postfix(al=f"{acceptance_length(accepted):.2f}")
-    rounds = max(len(accepted), 1)
+    reached = accepted_per_position(accepted, k)
     return EvaluationReport(
         mean_acceptance_length=acceptance_length(accepted),
-        acceptance_rate_per_position=[
-            sum(1 for m in accepted if m > i) / rounds for i in range(k)
-        ],
+        acceptance_rate_per_position=marginal_rates(reached, len(accepted)),
+        conditional_acceptance_rate_per_position=conditional_rates(
+            reached, len(accepted)
+        ),
+        acceptance_by_context=acceptance_by_context(records),
         num_prompts=len(prompts),
         num_generated_tokens=generated,
         lossless=None if temperature > 0 else not mismatched,
@@ -119,4 +157,6 @@ def evaluate_draft(
         max_new_tokens=max_new_tokens,
         wall_time_s=round(spec_s, 3),
         greedy_wall_time_s=round(greedy_s, 3) if temperature <= 0 else None,
+        seed=seed,
+        records=records,
     )

@@ -146,6 +146,24 @@ class EvaluationSession:
         dtype = next(self.draft.parameters()).dtype
         return EvaluationSession(cast_draft(draft, dtype), self.verifier)
 
+    def with_checkpoint(
+        self, checkpoint: str | Path, verifier: str | Path
+    ) -> EvaluationSession:
+        """The draft at ``checkpoint`` (e.g. another epoch of the same run) on
+        the same loaded verifier (at ``verifier``).
+
+        :raises DraftMismatchError: the draft does not fit the verifier, or
+            reads other aux layers than those loaded.
+        """
+        check_draft_fits(checkpoint, verifier)
+        draft = load_draft(checkpoint, None, verifier)
+        if list(draft.target_layer_ids) != list(self.draft.target_layer_ids):
+            raise DraftMismatchError(
+                f"draft {checkpoint} reads aux layers {draft.target_layer_ids}, "
+                f"not {self.draft.target_layer_ids} as the draft loaded first"
+            )
+        return self.with_draft(draft)
+
 
 def load_session(
     checkpoint: str | Path,

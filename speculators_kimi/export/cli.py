@@ -4,7 +4,9 @@ arguments, and what was written and how to serve it, printed."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from ..cli_args import call_with_args
 from .draft import export_draft
 from .launch import launch_commands
 from .serving_config import MLA_ARCHITECTURE
@@ -14,7 +16,11 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``export`` options."""
-    parser.add_argument("checkpoint", help="a checkpoint of `speculators train`")
+    parser.add_argument(
+        "checkpoint",
+        help="a checkpoint of `speculators train`, or the table of `speculators-kimi "
+        "evaluate --each-epoch --json PATH` (the epoch it picked is exported)",
+    )
     parser.add_argument("--out", required=True, help="directory to write")
     parser.add_argument(
         "--verifier-id",
@@ -33,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ship the draft's embedding even when it equals the verifier's",
     )
     parser.add_argument(
+        "--profile",
+        default=None,
+        help="an acceptance profile of `speculators-kimi evaluate --profile`, "
+        "copied into the export as speculation_profile.json",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="replace a non-empty --out whole (by default it is refused)",
@@ -41,15 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``export`` from parsed arguments."""
-    result = export_draft(
-        args.checkpoint,
-        args.out,
-        verifier_id=args.verifier_id,
-        keep_embeddings=args.keep_embeddings,
-        verifier=args.verifier,
-        overwrite=args.overwrite,
-    )
-    print(f"exported {args.checkpoint} -> {result.out} (verifier {result.verifier_id})")
+    result = call_with_args(export_draft, args)
+    source = args.checkpoint
+    if result.checkpoint != Path(args.checkpoint):
+        source = f"{result.checkpoint} (the pick of {args.checkpoint})"
+    print(f"exported {source} -> {result.out} (verifier {result.verifier_id})")
     for name, why in result.dropped.items():
         print(f"  dropped {name}: {why}")
     if result.layout == "native":

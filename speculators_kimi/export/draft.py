@@ -8,13 +8,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..evaluate.epochs import table_choice
+from ..evaluate.profile import check_profile
 from .errors import ExportError
 from .hub import serving_verifier_id
 from .serving_config import carried_files, layout_of, serving_config
 from .weights import served_tensors
 from .write import check_out, write_export
 
-__all__ = ["ExportResult", "export_draft"]
+__all__ = ["PROFILE_NAME", "ExportResult", "export_draft"]
+
+#: The acceptance profile's name in an export (Model-Optimizer's name for it).
+PROFILE_NAME = "speculation_profile.json"
 
 
 @dataclass
@@ -29,6 +34,7 @@ class ExportResult:
     #: ``speculators`` (the speculators format) or ``native`` (an HF config for
     #: vLLM's ``Eagle3DeepseekV3ForCausalLM``, MLA drafts).
     layout: str = "speculators"
+    checkpoint: Path | None = None  # what was exported (an epoch table's pick)
 
 
 def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str, Any]:
@@ -49,6 +55,19 @@ def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str
     return config
 
 
+def _check_profile(path: Path) -> None:
+    """``path`` holds a profile whose figures follow from its rows."""
+    if not path.is_file():
+        raise ExportError(f"--profile {path}: no such file")
+    try:
+        check_profile(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as err:
+        raise ExportError(
+            f"--profile {path}: not an acceptance profile of `evaluate --profile` "
+            f"({err})"
+        ) from None
+
+
 def export_draft(
     checkpoint: str | Path,
     out: str | Path,
@@ -57,6 +76,7 @@ def export_draft(
     keep_embeddings: bool = False,
     verifier: str | None = None,
     overwrite: bool = False,
+    profile: str | Path | None = None,
 ) -> ExportResult:
     """Write ``out``: ``checkpoint`` in the form vLLM serves (``vllm serve out``
     for Llama-style layers; ``--speculative-config`` for MLA layers).
@@ -68,6 +88,12 @@ def export_draft(
     :param verifier: a local copy of the verifier to compare the embedding with
         (default: the path recorded in the checkpoint, when it exists).
     :param overwrite: replace an existing non-empty ``out`` whole.
+    :param profile: an acceptance profile (``evaluate --profile``), checked and
+        copied in as :data:`PROFILE_NAME`.
+
+    ``checkpoint`` may also be the table of ``evaluate --each-epoch``: the
+    epoch it picked is exported.
+
     :raises ExportError: no Hub id for the verifier, ``out`` is the checkpoint or
         a non-empty directory (without ``overwrite``), or an MLA draft vLLM
         cannot serve as trained (``norm_before_fc``).
@@ -75,7 +101,10 @@ def export_draft(
     from safetensors.torch import load_file
 
     checkpoint, out = Path(checkpoint), Path(out)
+    checkpoint = table_choice(checkpoint) or checkpoint
     config = _checkpoint_config(checkpoint, out, overwrite)
+    if profile is not None:
+        _check_profile(Path(profile))
     recorded = config["speculators_config"]["verifier"].get("name_or_path")
     local = verifier or recorded
     hub_id = serving_verifier_id(
@@ -92,8 +121,10 @@ def export_draft(
         config, tensors, verifier=local, keep_embeddings=keep_embeddings
     )
     layout = layout_of(config)
-    carried = [checkpoint / name for name in carried_files(layout)]
+    carried = {name: checkpoint / name for name in carried_files(layout)}
+    if profile is not None:
+        carried[PROFILE_NAME] = Path(profile)
     write_export(out, kept, serving, carried)
     methods = config["speculators_config"]["proposal_methods"]
     k = int(methods[0]["speculative_tokens"])
-    return ExportResult(out, hub_id, k, sorted(kept), dropped, layout)
+    return ExportResult(out, hub_id, k, sorted(kept), dropped, layout, checkpoint)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +51,11 @@ def write_export(
     out: Path,
     tensors: dict[str, Any],
     config: dict[str, Any],
-    carried: Sequence[Path],
+    carried: Mapping[str, Path],
 ) -> None:
     """Write ``tensors`` (``model.safetensors``), ``config`` (``config.json``) and
-    copies of the ``carried`` files that exist, then rename the lot to ``out``:
+    copies of the ``carried`` files that exist (by their name in the export),
+    then rename the lot to ``out``:
     ``out`` is the previous directory or the whole export, never a mix or a torn
     file."""
     from safetensors.torch import save_file
@@ -66,9 +67,9 @@ def write_export(
             tensors, str(staging / "model.safetensors"), metadata={"format": "pt"}
         )
         (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        for path in carried:
+        for name, path in carried.items():
             if path.is_file():
-                shutil.copy2(path, staging / path.name)
+                shutil.copy2(path, staging / name)
         _move_into_place(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

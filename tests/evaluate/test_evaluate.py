@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from speculators.models.attention_backends import get_backend
 from transformers import DynamicCache
 
+from speculators_kimi import cli
 from speculators_kimi.datagen import generate_hidden_states
 from speculators_kimi.demo import DemoSettings, train_argv
 from speculators_kimi.evaluate import (
@@ -387,3 +388,85 @@ def test_a_bf16_draft_keeps_exact_rotary_tables(tiny_draft_checkpoint, tmp_path)
     assert next(kept.fc.parameters()).dtype == torch.bfloat16
     assert torch.equal(kept.fc.weight, half.fc.weight)
     assert kept.rotary_emb.inv_freq.dtype == torch.float32
+
+
+def _evaluate(argv: list[str]) -> int:
+    return cli.main(["evaluate", "--no-progress", "-k", "3", *argv])
+
+
+def test_profile_context_buckets_and_the_epoch_to_ship(trained_demo, tmp_path, capsys):
+    """On the demo's draft (trained on 256-token sequences): the profile written
+    recomputes from its rows; prompts several times longer warn and accept less,
+    bucket by bucket; and over a run whose lowest-loss epoch accepts worst (the
+    first epoch, its draft layers zeroed, given the last epoch's validation
+    metrics and the last the first's), the table picks by measured acceptance,
+    and `export` ships its pick with the profile."""
+    from speculators_kimi.evaluate import check_profile, draft_lengths
+    from speculators_kimi.export.draft import PROFILE_NAME
+
+    verifier_dir, data, ckpt = _paths(trained_demo)
+    run_dir = tmp_path / "checkpoints"
+    shutil.copytree(ckpt.parent, run_dir, symlinks=True)
+    epochs = sorted(int(p.name) for p in run_dir.iterdir() if p.name.isdigit())
+    first, last = run_dir / str(epochs[0]), run_dir / str(epochs[-1])
+    metrics = {p: (p / "val_metrics.json").read_bytes() for p in (first, last)}
+    (first / "val_metrics.json").write_bytes(metrics[last])
+    (last / "val_metrics.json").write_bytes(metrics[first])
+    weights = load_file(first / "model.safetensors")
+    zeroed = ("fc.weight", "_proj.weight")
+    for name in [n for n in weights if n.endswith(zeroed)]:
+        weights[name] = torch.zeros_like(weights[name])
+    save_file(weights, first / "model.safetensors", metadata={"format": "pt"})
+    assert draft_lengths(last).trained == 256
+    common = ["--verifier", str(verifier_dir), "--data", str(data)]
+    common += ["--num-prompts", "4", "--max-new-tokens", "16"]
+
+    profile, short = tmp_path / "profile.json", tmp_path / "short.json"
+    assert _evaluate(["--draft", str(last), *common, "--profile", str(profile),
+                      "--json", str(short)]) == 0  # fmt: skip
+    out = capsys.readouterr()
+    assert "(marginal: share of steps accepting at least k" in out.out
+    assert "warning" not in out.err  # short prompts stay within 256 positions
+    report, written = json.loads(short.read_text()), json.loads(profile.read_text())
+    check_profile(written)
+    assert written["mean_acceptance_length"] == pytest.approx(
+        report["mean_acceptance_length"], abs=1e-6
+    )
+    assert written["num_drafts"] == sum(len(r["accepted_per_step"])
+                                        for r in written["requests"])  # fmt: skip
+    assert written["marginal_acceptance_rate_per_pos"] == pytest.approx(
+        report["acceptance_rate_per_position"], abs=1e-6
+    )
+
+    long = tmp_path / "long.json"
+    assert _evaluate(["--draft", str(last), *common, "--context-length", "900",
+                      "--json", str(long)]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "past the 256 tokens the draft was trained on" in err
+    far = json.loads(long.read_text())["acceptance_by_context"]
+    near = report["acceptance_by_context"]
+    assert all(b["context_to"] <= 256 for b in near)
+    assert far and all(b["context_from"] >= 256 for b in far)
+    # The drop: every long-context bucket accepts less than every short one.
+    assert max(b["mean_acceptance_length"] for b in far) < min(
+        b["mean_acceptance_length"] for b in near
+    ), (near, far)
+
+    table_file = tmp_path / "table.json"
+    assert _evaluate(["--draft", str(run_dir), *common, "--each-epoch",
+                      "--json", str(table_file)]) == 0  # fmt: skip
+    table = json.loads(table_file.read_text())
+    rows = {row["epoch"]: row for row in table["epochs"]}
+    assert sorted(rows) == epochs
+    best = max(rows.values(), key=lambda r: r["mean_acceptance_length"])
+    assert table["best"] == best and best["epoch"] != table["lowest_val_loss_epoch"]
+    assert table["lowest_val_loss_epoch"] == epochs[0]
+    assert rows[epochs[-1]]["mean_acceptance_length"] == pytest.approx(
+        report["mean_acceptance_length"]
+    )  # the same prompts, the same figure as evaluated alone
+
+    out_dir = tmp_path / "export"
+    code = cli.main(["export", str(table_file), "--out", str(out_dir),
+                     "--verifier-id", "org/v", "--profile", str(profile)])  # fmt: skip
+    assert code == 0 and f"the pick of {table_file}" in capsys.readouterr().out
+    assert json.loads((out_dir / PROFILE_NAME).read_text()) == written

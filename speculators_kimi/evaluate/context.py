@@ -1,0 +1,134 @@
+"""Acceptance by context length, and the lengths a draft is known to handle.
+
+A draft trained on short sequences can collapse past them, while serving runs
+long contexts; so acceptance is reported per bucket of the context length at
+which each verification step happens, and evaluation warns, before decoding,
+when it will reach positions past the training length (``total_seq_len`` in the
+``run.yaml`` that ``speculators train`` writes beside its checkpoints) or past
+the draft's own position limit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .profile import DECIMALS, RequestRecord
+
+__all__ = [
+    "DraftLengths",
+    "acceptance_by_context",
+    "bucket_edges",
+    "draft_lengths",
+    "length_warnings",
+]
+
+#: The first bucket's upper edge; each next bucket is twice as long.
+FIRST_EDGE = 64
+
+
+@dataclass(frozen=True)
+class DraftLengths:
+    """What a draft checkpoint says about the lengths it handles (None: unknown)."""
+
+    trained: int | None  # total_seq_len of its training run
+    trained_source: Path | None  # the run.yaml it was read from
+    position_limit: int | None  # its layers' max_position_embeddings
+
+
+def _trained_length(checkpoint: Path) -> tuple[int | None, Path | None]:
+    import yaml
+
+    for run_yaml in (checkpoint / "run.yaml", checkpoint.parent / "run.yaml"):
+        if run_yaml.is_file():
+            run = yaml.safe_load(run_yaml.read_text()) or {}
+            data = (run.get("train") or {}).get("data") or {}
+            if "total_seq_len" in data:
+                return int(data["total_seq_len"]), run_yaml
+            # upstream's default, when the run did not set it
+            from speculators.train.config.schema import DataArgs
+
+            return int(DataArgs().total_seq_len), run_yaml
+    return None, None
+
+
+def draft_lengths(checkpoint: str | Path) -> DraftLengths:
+    """The training length and position limit of the draft at ``checkpoint``."""
+    checkpoint = Path(checkpoint).resolve()
+    trained, source = _trained_length(checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    layer = config.get("transformer_layer_config") or {}
+    limit = layer.get("max_position_embeddings")
+    return DraftLengths(trained, source, int(limit) if limit else None)
+
+
+def length_warnings(
+    prompt_lengths: Sequence[int], max_new_tokens: int, lengths: DraftLengths
+) -> list[str]:
+    """What to warn about before decoding: the longest sequence evaluation
+    reaches (longest prompt + ``max_new_tokens``) past the training length or
+    the draft's position limit, each named."""
+    if not prompt_lengths:
+        return []
+    longest = max(prompt_lengths)
+    reach = longest + max_new_tokens
+    where = (
+        f"prompts of up to {longest} tokens with up to {max_new_tokens} new ones "
+        f"reach position {reach}"
+    )
+    found = []
+    if lengths.trained is not None and reach > lengths.trained:
+        found.append(
+            f"{where}, past the {lengths.trained} tokens the draft was trained on "
+            f"(total_seq_len in {lengths.trained_source}): expect acceptance to "
+            "drop there; see the per-bucket figures"
+        )
+    if lengths.position_limit is not None and reach > lengths.position_limit:
+        found.append(
+            f"{where}, past the draft's position limit (max_position_embeddings "
+            f"{lengths.position_limit})"
+        )
+    return found
+
+
+def bucket_edges(longest: int, first: int = FIRST_EDGE) -> list[int]:
+    """``0, first, 2 * first, ...``: the last edge above ``longest``."""
+    edges = [0, first]
+    while edges[-1] <= longest:
+        edges.append(edges[-1] * 2)
+    return edges
+
+
+def acceptance_by_context(
+    records: Sequence[RequestRecord], edges: Sequence[int] | None = None
+) -> list[dict[str, Any]]:
+    """Mean acceptance length of the steps whose context length falls in each
+    ``[edges[i], edges[i + 1])`` (empty buckets left out)."""
+    steps = [
+        (length, m)
+        for record in records
+        for length, m in zip(
+            record.context_length_per_step, record.accepted_per_step, strict=True
+        )
+    ]
+    if not steps:
+        return []
+    edges = list(edges) if edges else bucket_edges(max(n for n, _ in steps))
+    buckets = []
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        accepted = [m for n, m in steps if lo <= n < hi]
+        if accepted:
+            buckets.append(
+                {
+                    "context_from": lo,
+                    "context_to": hi,
+                    "num_drafts": len(accepted),
+                    "mean_acceptance_length": round(
+                        1 + sum(accepted) / len(accepted), DECIMALS
+                    ),
+                }
+            )
+    return buckets
