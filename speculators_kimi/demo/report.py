@@ -28,8 +28,8 @@ def _acceptance_lines(al: dict[str, Any]) -> list[str]:
         lossless = "" if r["lossless"] is None else f"; lossless {r['lossless']}"
         lines.append(
             f"  AL (K={r['num_speculative_tokens']})   "
-            f"{r['mean_acceptance_length']:.3f} {label} (per position {rates}; "
-            f"{r['num_prompts']} held-out prompts{lossless})"
+            f"{r['mean_acceptance_length']:.3f} {label} (marginal per position "
+            f"{rates}; {r['num_prompts']} held-out prompts{lossless})"
         )
     return lines
 

@@ -164,6 +164,14 @@ def _prompts(args: argparse.Namespace) -> list[Prompt]:
     return prompts[: args.num_prompts] if args.num_prompts else prompts
 
 
+def _dataset(args: argparse.Namespace) -> str:
+    """Where the prompts came from, as the profile records it."""
+    if args.data:
+        long = f" (prompts of up to {args.context_length} tokens)"
+        return str(args.data) + (long if args.context_length else "")
+    return str(args.prompts)
+
+
 def _decode(
     session: EvaluationSession, prompts: list[Prompt], args: argparse.Namespace
 ) -> EvaluationReport:
@@ -194,7 +202,7 @@ def _each_epoch(
     if args.profile:
         best = Path(table["best"]["checkpoint"])
         picked = next(r for c, r in reports.items() if c.resolve() == best)
-        save_json_report(picked.profile(), args.profile, show=False)
+        save_json_report(picked.profile(_dataset(args)), args.profile, show=False)
     emit_report(table, format_epoch_table(table), args)
     return 0
 
@@ -227,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         return _each_epoch(session, prompts, args)
     result = _decode(session, prompts, args)
     if args.profile:
-        save_json_report(result.profile(), args.profile, show=False)
+        save_json_report(result.profile(_dataset(args)), args.profile, show=False)
     report = {
         "draft": str(checkpoint),
         "verifier": str(args.verifier),

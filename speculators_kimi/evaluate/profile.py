@@ -13,6 +13,15 @@ first ``m`` of them. Per position ``k = 1..K``:
 Mean acceptance length (tokens emitted per step, the verifier's own included)
 is then ``1 + sum(marginal)``. The profile keeps one row per request, so every
 rate recomputes from the rows (:func:`check_profile`).
+
+The names are those of the tools that read such a profile: vLLM's spec-decode
+counters (``vllm/v1/spec_decode/metrics.py``, ``SpecDecodingStats``: its logged
+and Prometheus per-position rates are ``num_accepted_tokens_per_pos[i] /
+num_drafts``, marginal, as its ``synthetic_acceptance_rates`` setting takes
+them), and Model-Optimizer's ``speculation_profile.json`` (schema 1.0, from its
+open pull requests NVIDIA/Model-Optimizer#2247 and #2315: ``marginal_accept_rates``,
+``conditional_accept_rates``, ``mean_accept_length``; its export copies the file
+in under that name, as ``speculators-kimi export --profile`` does).
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = [
-    "PROFILE_FORMAT",
+    "SCHEMA_VERSION",
     "RequestRecord",
     "accepted_per_position",
     "build_profile",
@@ -31,8 +40,10 @@ __all__ = [
     "marginal_rates",
 ]
 
-#: ``format`` of the JSON file ``evaluate --profile`` writes.
-PROFILE_FORMAT = "speculators-kimi/acceptance-profile/v1"
+#: ``schema_version`` of Model-Optimizer's ``speculation_profile.json`` that the
+#: profile follows (its keys, plus vLLM's counts and the per-request rows).
+SCHEMA_VERSION = "1.0"
+PRODUCER = "speculators-kimi evaluate"
 
 #: Rates are written to this many decimals; AL = 1 + sum(marginal) holds to it.
 DECIMALS = 6
@@ -74,13 +85,22 @@ def _rounded(values: Sequence[float | None]) -> list[float | None]:
     return [None if v is None else round(v, DECIMALS) for v in values]
 
 
+def _mean(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values), DECIMALS) if values else None
+
+
 def build_profile(
     records: Sequence[RequestRecord],
     num_speculative_tokens: int,
     sampling: Mapping[str, Any],
+    dataset: str | None = None,
 ) -> dict[str, Any]:
     """The profile of ``records``: counts, both rates, the mean acceptance length
     and the rows behind them.
+
+    ``mean_accept_length`` is per step (``1 + sum(marginal)``);
+    ``mean_accept_length_per_request`` the mean of each request's own;
+    ``acceptance_length_histogram`` counts steps by acceptance length ``1..K+1``.
 
     :raises ValueError: a step accepted more than ``num_speculative_tokens``.
     """
@@ -90,20 +110,34 @@ def build_profile(
         raise ValueError(f"a step accepted outside 0..{k} tokens")
     counts = accepted_per_position(steps, k)
     marginal = marginal_rates(counts, len(steps))
+    per_request = [
+        1 + sum(r.accepted_per_step) / len(r.accepted_per_step)
+        for r in records
+        if r.accepted_per_step
+    ]
     return {
-        "format": PROFILE_FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "producer": PRODUCER,
+        "measured": True,
+        "method": "eagle3",
         "num_speculative_tokens": k,
         "sampling": dict(sampling),
-        "num_requests": len(records),
+        "measurement_conditions": {
+            "dataset": dataset,
+            "osl": sampling.get("max_new_tokens"),
+            "num_samples": len(records),
+        },
         "num_drafts": len(steps),
         "num_draft_tokens": len(steps) * k,
         "num_accepted_tokens": sum(steps),
         "num_accepted_tokens_per_pos": counts,
-        "marginal_acceptance_rate_per_pos": _rounded(marginal),
-        "conditional_acceptance_rate_per_pos": _rounded(
-            conditional_rates(counts, len(steps))
-        ),
-        "mean_acceptance_length": round(1 + sum(marginal), DECIMALS) if steps else None,
+        "marginal_accept_rates": _rounded(marginal),
+        "conditional_accept_rates": _rounded(conditional_rates(counts, len(steps))),
+        "mean_accept_length": round(1 + sum(marginal), DECIMALS) if steps else None,
+        "mean_accept_length_per_request": _mean(per_request),
+        "acceptance_length_histogram": {
+            str(n + 1): sum(1 for m in steps if m == n) for n in range(k + 1)
+        },
         "requests": [record.as_dict() for record in records],
     }
 
@@ -116,11 +150,12 @@ def check_profile(profile: Mapping[str, Any]) -> None:
     """
     k = profile["num_speculative_tokens"]
     records = [RequestRecord(**row) for row in profile["requests"]]
-    again = build_profile(records, k, profile["sampling"])
+    dataset = profile["measurement_conditions"]["dataset"]
+    again = build_profile(records, k, profile["sampling"], dataset)
     for key, value in again.items():
         if profile.get(key) != value:
             raise ValueError(f"profile {key}: {profile.get(key)!r}; rows: {value!r}")
-    al = profile["mean_acceptance_length"]
-    marginal = profile["marginal_acceptance_rate_per_pos"]
+    al = profile["mean_accept_length"]
+    marginal = profile["marginal_accept_rates"]
     if al is not None and abs(al - 1 - sum(marginal)) > k * 10**-DECIMALS:
-        raise ValueError(f"mean_acceptance_length {al} != 1 + sum of marginal rates")
+        raise ValueError(f"mean_accept_length {al} != 1 + sum of marginal rates")

@@ -65,14 +65,17 @@ class EvaluationReport:
         del report["records"]
         return report
 
-    def profile(self) -> dict[str, Any]:
-        """The per-position profile of this run, with its per-request rows."""
+    def profile(self, dataset: str | None = None) -> dict[str, Any]:
+        """The per-position profile of this run, with its per-request rows
+        (``dataset``: where the prompts came from)."""
         sampling = {
             "temperature": self.temperature,
             "seed": self.seed,
             "max_new_tokens": self.max_new_tokens,
         }
-        return build_profile(self.records, self.num_speculative_tokens, sampling)
+        return build_profile(
+            self.records, self.num_speculative_tokens, sampling, dataset
+        )
 
 
 def evaluate_draft(

@@ -429,12 +429,12 @@ def test_profile_context_buckets_and_the_epoch_to_ship(trained_demo, tmp_path, c
     assert "warning" not in out.err  # short prompts stay within 256 positions
     report, written = json.loads(short.read_text()), json.loads(profile.read_text())
     check_profile(written)
-    assert written["mean_acceptance_length"] == pytest.approx(
+    assert written["mean_accept_length"] == pytest.approx(
         report["mean_acceptance_length"], abs=1e-6
     )
     assert written["num_drafts"] == sum(len(r["accepted_per_step"])
                                         for r in written["requests"])  # fmt: skip
-    assert written["marginal_acceptance_rate_per_pos"] == pytest.approx(
+    assert written["marginal_accept_rates"] == pytest.approx(
         report["acceptance_rate_per_position"], abs=1e-6
     )
 

@@ -44,31 +44,37 @@ def test_known_accept_pattern_gives_known_rates():
     assert profile["num_drafts"] == 6 and profile["num_draft_tokens"] == 18
     assert profile["num_accepted_tokens"] == 10
     assert profile["num_accepted_tokens_per_pos"] == [5, 3, 2]
-    assert profile["marginal_acceptance_rate_per_pos"] == pytest.approx(
+    assert profile["marginal_accept_rates"] == pytest.approx(
         [5 / 6, 3 / 6, 2 / 6], abs=1e-6
     )
-    assert profile["conditional_acceptance_rate_per_pos"] == pytest.approx(
+    assert profile["conditional_accept_rates"] == pytest.approx(
         [5 / 6, 3 / 5, 2 / 3], abs=1e-6
     )
-    assert profile["mean_acceptance_length"] == pytest.approx(1 + 10 / 6, abs=1e-6)
+    assert profile["mean_accept_length"] == pytest.approx(1 + 10 / 6, abs=1e-6)
+    # Steps by acceptance length 1..4 (accepted 0..3); each request's own AL.
+    assert profile["acceptance_length_histogram"] == {"1": 1, "2": 2, "3": 1, "4": 2}
+    assert profile["mean_accept_length_per_request"] == pytest.approx(
+        ((1 + 4 / 3) + (1 + 6 / 3)) / 2, abs=1e-6
+    )
+    assert profile["schema_version"] == "1.0" and profile["measured"] is True
     assert profile["sampling"] == SAMPLING and len(profile["requests"]) == 2
     check_profile(json.loads(json.dumps(profile)))  # as written and read back
 
 
 def test_a_position_never_reached_has_no_conditional_rate():
     profile = build_profile([RequestRecord("a", 5, 2, [0, 0], [6, 7])], 2, SAMPLING)
-    assert profile["marginal_acceptance_rate_per_pos"] == [0.0, 0.0]
-    assert profile["conditional_acceptance_rate_per_pos"] == [0.0, None]
-    assert profile["mean_acceptance_length"] == 1.0
+    assert profile["marginal_accept_rates"] == [0.0, 0.0]
+    assert profile["conditional_accept_rates"] == [0.0, None]
+    assert profile["mean_accept_length"] == 1.0
 
 
 @pytest.mark.parametrize(
     ("key", "value"),
     [
         ("num_accepted_tokens_per_pos", [5, 3, 3]),
-        ("marginal_acceptance_rate_per_pos", [0.9, 0.5, 0.333333]),
-        ("conditional_acceptance_rate_per_pos", [0.833333, 0.5, 0.666667]),
-        ("mean_acceptance_length", 2.5),
+        ("marginal_accept_rates", [0.9, 0.5, 0.333333]),
+        ("conditional_accept_rates", [0.833333, 0.5, 0.666667]),
+        ("mean_accept_length", 2.5),
         ("num_drafts", 7),
     ],
 )
