@@ -7,11 +7,11 @@ For each draft layout: the draft ``speculators train`` builds (its own
 ``build_draft_model``, on a Kimi-K2.5 Hub layout with real-size bf16 embedding,
 head and norm: hidden 7168, vocabulary 163840, MLA ranks 1536/512), its
 parameter counts against doctor's, saved in bf16 as a trained checkpoint,
-``speculators-kimi export``, then ``tools/vllm_check.py --synthetic-aux-states``
-(vLLM 0.33's parser and draft class, every parameter loaded, one draft step's
-logits against ours) with the check's own peak memory. The verifier's decoder
-is not built (61 layers of 384 experts do not fit a CPU box): the aux states are
-drawn at its width, the same for both drafts.
+``speculators-kimi export``, then ``speculators-kimi vllm-check
+--synthetic-aux-states`` (vLLM's parser and draft class, 0.34 by default, every
+parameter loaded, one draft step's logits against ours) with the check's own peak
+memory. The verifier's decoder is not built (61 layers of 384 experts do not fit a
+CPU box): the aux states are drawn at its width, the same for both drafts.
 """
 
 from __future__ import annotations
@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         row["export_seconds"] = round(time.perf_counter() - t0, 1)
         row["export_bytes"] = (out / "model.safetensors").stat().st_size
         report = args.work / f"vllm-{arch}.json"
-        cmd = [sys.executable, str(ROOT / "tools" / "vllm_check.py"), str(out)]
-        cmd += ["--checkpoint", str(ckpt), "--verifier", str(verifier)]
+        cmd = [str(Path(sys.executable).parent / "speculators-kimi"), "vllm-check"]
+        cmd += [str(out), "--checkpoint", str(ckpt), "--verifier", str(verifier)]
         cmd += ["--synthetic-aux-states", "--json", str(report)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

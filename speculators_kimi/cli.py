@@ -1,5 +1,5 @@
 """`speculators-kimi`: our command line (version, doctor, hidden states, evaluate,
-export, demo).
+export, vllm-check, demo).
 
 Each subcommand lives in its own module, which provides ``add_arguments(parser)``
 and ``run(args) -> int`` (the argument groups they share are in :mod:`.cli_args`);
@@ -38,6 +38,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": (
         "speculators_kimi.export.cli",
         "write a trained EAGLE-3 checkpoint as a directory vLLM serves as is",
+    ),
+    "vllm-check": (
+        "speculators_kimi.vllm_check.cli",
+        "check an export with vLLM's own code on CPU (vLLM's wheel in a scratch "
+        "environment built on first use)",
     ),
     "demo": (
         "speculators_kimi.demo.cli",

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import BIN, ROOT, run, snapshot
+from helpers import BIN, SUPPORT, run, snapshot
 from safetensors.torch import load_file
 from speculators.models.eagle3.model_definitions import MLA_FIELDS
 
+from speculators_kimi import cli
 from speculators_kimi.export import ExportError, export_draft, hub_id_of
 
 HUB_ID = "moonshotai/Kimi-K2.5"
@@ -158,31 +158,22 @@ def test_verifier_hub_id_from_its_origin(tmp_path):
 def _vllm_check(
     ckpt: Path, out: Path, verifier: str, tmp_path: Path, *extra: str
 ) -> dict:
-    """Export ``ckpt`` into ``out`` and run `tools/vllm_check.py` on it."""
+    """Export ``ckpt`` into ``out`` and run `speculators-kimi vllm-check` on it
+    (vLLM 0.34.0, the default)."""
     export_draft(ckpt, out, verifier_id=HUB_ID)
     report_file = tmp_path / "vllm.json"
-    run(
-        [
-            sys.executable,
-            str(ROOT / "tools" / "vllm_check.py"),
-            str(out),
-            "--checkpoint",
-            str(ckpt),
-            "--verifier",
-            verifier,
-            "--json",
-            str(report_file),
-            *extra,
-        ],
-        timeout=1800,
-    )
-    return json.loads(report_file.read_text())
+    argv = [str(out), "--checkpoint", str(ckpt), "--verifier", verifier]
+    assert cli.main(["vllm-check", *argv, "--json", str(report_file), *extra]) == 0
+    report = json.loads(report_file.read_text())
+    assert report["vllm"] == "0.34.0"
+    return report
 
 
 @pytest.mark.slow
 def test_vllm_accepts_and_loads_the_export(trained_demo, tmp_path):
-    """vLLM 0.33's own code on CPU: `tools/vllm_check.py` (see its docstring for
-    what is stubbed: only the paged Attention layer)."""
+    """vLLM 0.34's own code on CPU: `speculators-kimi vllm-check` (see
+    `speculators_kimi/vllm_check/__init__.py` for what is stubbed: only the paged
+    Attention layer)."""
     ckpt = Path(trained_demo["checkpoint"])
     out = tmp_path / "serve"
     report = _vllm_check(ckpt, out, trained_demo["verifier"], tmp_path)
@@ -345,9 +336,9 @@ def test_mla_export_refuses_norm_before_fc(trained_mla_demo, tmp_path):
 
 @pytest.mark.slow
 def test_vllm_loads_the_mla_export(trained_mla_demo, tmp_path):
-    """vLLM 0.33's own code on CPU, as `vllm serve VERIFIER --speculative-config`
+    """vLLM 0.34's own code on CPU, as `vllm serve VERIFIER --speculative-config`
     builds the draft: its config handling, its Eagle3DeepseekV3ForCausalLM, its
-    load_weights (see tools/vllm_check.py: only MLAAttention is stubbed). The
+    load_weights (see speculators_kimi/vllm_check: only MLAAttention is stubbed). The
     aux states are synthetic (the mode for a real-size verifier); the Llama
     layout's test feeds the verifier's own."""
     ckpt = Path(trained_mla_demo["checkpoint"])
@@ -381,3 +372,65 @@ def test_vllm_loads_the_mla_export(trained_mla_demo, tmp_path):
     step = report["one_step"]
     assert step["max_abs_logit_diff"] < 1e-4, step
     assert step["same_argmax"] and step["same_masked_tokens"]
+
+
+def test_vllm_check_refuses_a_verifier_too_large_for_the_box(
+    tiny_draft_checkpoint, monkeypatch, capsys
+):
+    """Without --synthetic-aux-states the check runs the verifier's decoder in
+    float32: a verifier bigger than the memory available is refused in one line
+    naming the flag, before any environment is built or tensor read."""
+    from speculators_kimi.vllm_check import size
+
+    ckpt = tiny_draft_checkpoint
+    verifier = ckpt.parent / "verifier"
+    need = size.decoder_size(verifier)
+    assert need.bytes == 4 * need.elements > 0
+    monkeypatch.setattr(size, "available_bytes", lambda: need.bytes - 1)
+    monkeypatch.setattr(
+        "speculators_kimi.vllm_check.cli.ensure_env", pytest.fail
+    )  # never reached
+    argv = [str(ckpt), "--checkpoint", str(ckpt), "--verifier", str(verifier)]
+    assert cli.main(["vllm-check", *argv]) == 1
+    errors = [s for s in capsys.readouterr().err.splitlines() if s.startswith("error")]
+    assert len(errors) == 1 and "rerun with --synthetic-aux-states" in errors[0]
+    assert f"{need.elements:,} parameters" in errors[0]
+    monkeypatch.setattr(size, "available_bytes", lambda: need.bytes)
+    size.check_decoder_fits(verifier)  # exactly fits: no refusal
+
+
+def test_printed_serve_lines_parse_under_vllm_034(tmp_path):
+    """The `vllm serve` lines `export` prints, both layouts, through vLLM 0.34's
+    own `vllm serve` parser (tests/support/vllm_serve_lines_probe.py): each
+    parses, names the model, and its --speculative-config holds only keys 0.34's
+    SpeculativeConfig has. A key 0.34 removed is caught the same way."""
+    from speculators_kimi.export.draft import ExportResult
+    from speculators_kimi.export.launch import launch_commands
+    from speculators_kimi.vllm_check.env import default_env, ensure_env
+
+    out = tmp_path / "serve"
+    lines = [
+        line
+        for layout in ("speculators", "native")
+        for line in launch_commands(ExportResult(out, HUB_ID, 3, [], layout=layout))
+    ]
+    removed = '{"model": "x", "method": "eagle3", "disable_padded_drafter_batch": true}'
+    lines.append(f"vllm serve {HUB_ID} --speculative-config '{removed}'")
+    python = ensure_env(default_env("0.34.0"), "0.34.0")
+    probe = SUPPORT / "vllm_serve_lines_probe.py"
+    # vLLM's CPU platform; the Hub id stays an id (HF_HUB_OFFLINE would resolve it).
+    cpu = {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "0"}
+    proc = run([str(python), str(probe), json.dumps(lines)], env=cpu, timeout=600)
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["vllm"] == "0.34.0"
+    *ours, control = report["lines"]
+    assert [r["line"] for r in ours] == lines[:-1] and len(ours) == 3
+    assert ours[0]["model"] == str(out.resolve()) and not ours[0]["speculative_config"]
+    for parsed in ours[1:]:
+        assert parsed["model"] == HUB_ID and parsed["unknown_keys"] == []
+        assert parsed["speculative_config"] == {
+            "model": str(out.resolve()),
+            "method": "eagle3",
+            "num_speculative_tokens": 3,
+        }
+    assert control["unknown_keys"] == ["disable_padded_drafter_batch"]

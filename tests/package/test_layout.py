@@ -108,7 +108,7 @@ def test_subcommands_do_not_import_the_root_command_line():
 
 
 #: The commands: the fixture package sits below them and imports none.
-COMMANDS = ("datagen", "evaluate", "doctor", "export", "demo")
+COMMANDS = ("datagen", "evaluate", "doctor", "export", "vllm_check", "demo")
 
 
 def _is_command(module: str) -> bool:

@@ -1,12 +1,13 @@
-"""`speculators launch-vllm` (unit 0022) emits what vLLM 0.33 serves.
+"""`speculators launch-vllm` (unit 0022) emits what vLLM 0.34 serves.
 
 The dry-run commands for a Kimi-K2.5-shaped verifier (nested DeepSeek-V3
 ``text_config``, 61 layers) and a Qwen2.5-Omni-shaped one
 (``thinker_config.text_config``, 28 layers) are handed, in one subprocess in the
-scratch vLLM environment of ``tools/vllm_check.py`` (``vllmcheck.env``), to vLLM's
-own code (``tests/support/vllm_launch_probe.py``): ``vllm serve``'s argument parser and
-validation, ``KVTransferConfig``, vLLM's text config of the same checkpoint,
-``ExtractHiddenStatesConfig`` and ``EngineArgs.create_speculative_config``.
+scratch vLLM environment of ``speculators-kimi vllm-check`` (``vllm_check.env``,
+vLLM 0.34.0), to vLLM's own code (``tests/support/vllm_launch_probe.py``):
+``vllm serve``'s argument parser and validation, ``KVTransferConfig``, vLLM's
+text config of the same checkpoint, ``ExtractHiddenStatesConfig`` and
+``EngineArgs.create_speculative_config``.
 ``VLLM_TARGET_DEVICE=cpu`` is vLLM's own switch to its CPU platform (the
 default device inference finds no GPU here).
 """
@@ -23,9 +24,9 @@ from speculators.data_generation.vllm_launch import main as launch_vllm
 from speculators.models.utils import resolve_target_layer_ids
 from speculators.utils.target_layers import default_target_layer_ids
 from transformers import Kimi_K25Config, Qwen2_5OmniConfig
-from vllmcheck.env import default_env, ensure_env
 
 from speculators_kimi.tiny_verifier.configs import mla_text
+from speculators_kimi.vllm_check.env import default_env, ensure_env
 
 DENSE = {
     "hidden_size": 64,

@@ -7,8 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .draft import PromptRows, aux_source, check_draft, load_ours
-from .env import VLLM_VERSION
+from .draft import PromptRows, aux_source, check_draft, load_ours, vllm_version
 from .stubs import MLA_STUB, init_single_process, stub_mla_attention
 
 __all__ = ["check_native_mla"]
@@ -81,7 +80,7 @@ def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
     )
     from vllm.model_executor.models.registry import ModelRegistry
 
-    report: dict = {"vllm": VLLM_VERSION, "layout": "native"}
+    report: dict = {"vllm": vllm_version(), "layout": "native"}
     scratch = Path(tempfile.mkdtemp(prefix="vllm-check-"))
     try:
         target_dir, stand_in = _text_target(args.verifier, scratch / "target")

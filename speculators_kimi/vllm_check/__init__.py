@@ -1,10 +1,11 @@
-#!/usr/bin/env python3
-"""Check an exported EAGLE-3 draft with vLLM's own code, on CPU.
+"""``speculators-kimi vllm-check``: an exported EAGLE-3 draft checked with vLLM's
+own code, on CPU, before it is deployed.
 
-    python tools/vllm_check.py EXPORT --checkpoint CKPT --verifier VERIFIER \
-        [--env DIR] [--json OUT]
+    speculators-kimi vllm-check EXPORT --checkpoint CKPT --verifier VERIFIER \
+        [--vllm-version 0.34.0] [--env DIR] [--json OUT]
 
-1. Builds (once) a scratch environment with the ``vllm`` 0.33.0 wheel installed
+1. Builds (once) a scratch environment with the ``vllm`` wheel (0.34.0, or the
+   release ``--vllm-version`` names: :data:`.env.VLLM_VERSIONS`) installed
    without its dependencies, reusing this interpreter's site-packages (torch,
    transformers, speculators), plus the few pure-Python modules vLLM imports at
    module level (``VLLM_DEPS``, pinned). Nothing of vLLM is installed here.
@@ -47,7 +48,7 @@ An MLA export (native layout, ``Eagle3DeepseekV3ForCausalLM``; no
   the draft only reads the target's size, dtype and tokenizer). Recorded: the
   parsed fields, ``draft_model_config.use_mla`` (MLA KV cache), the resolved
   class; the same export relabelled ``deepseek_v3`` is run through it too
-  (vLLM 0.33 rewrites that into its MTP draft and refuses it, message recorded),
+  (vLLM rewrites that into its MTP draft and refuses it, message recorded),
   and ``maybe_override_with_speculators`` on the export (``vllm serve EXPORT``:
   no speculative config, so that form cannot serve it);
 - the class ``ModelRegistry`` resolves, built under that ``VllmConfig``,
@@ -64,98 +65,18 @@ module's own softmax ``scale``, output ``[tokens, heads * v_head_dim]``. vLLM's
 q/kv down-projections (fused ``fused_qkv_a_proj``), latent RMSNorms, ``q_b_proj``,
 interleaved rotary embedding, ``o_proj``, MLP, norms, ``fc`` and ``lm_head`` run
 as vLLM's code.
+
+The modules, one job each:
+
+* :mod:`.env`: the scratch environment (vLLM's wheel on this interpreter's
+  site-packages) the checks run in.
+* :mod:`.size`: whether the verifier's decoder fits this machine (else the check
+  is refused, naming ``--synthetic-aux-states``), before anything is built.
+* :mod:`.stubs`: stand-ins for vLLM's CUDA-only ops (paged ``Attention``,
+  ``MLAAttention``) and a one-process distributed group.
+* :mod:`.draft`: building vLLM's draft class, loading an export into it, one step.
+* :mod:`.speculators_layout`: the check of a speculators-format export.
+* :mod:`.native_mla`: the check of a native MLA export (``Eagle3DeepseekV3``).
+* :mod:`.inner`: what runs in the scratch interpreter (one JSON report).
+* :mod:`.cli`: the ``vllm-check`` command.
 """
-
-from __future__ import annotations
-
-import argparse
-import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
-
-from vllmcheck.env import default_env, ensure_env  # tools/ (this script's directory)
-
-from speculators_kimi.cli_args import save_json_report
-
-
-def inner(args: argparse.Namespace) -> dict:
-    """The check for the export's layout (speculators format, or native MLA)."""
-    from vllmcheck.native_mla import check_native_mla
-    from vllmcheck.speculators_layout import check_speculators_layout
-
-    config = json.loads((Path(args.export) / "config.json").read_text())
-    if "speculators_config" in config:
-        return check_speculators_layout(args)
-    return check_native_mla(args, config)
-
-
-def _memory() -> dict:
-    """The check's own memory: peak resident (VmHWM) and anonymous (RssAnon) now."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmHWM", "RssAnon"):
-            fields[key] = int(value.split()[0]) * 1024
-    return {
-        "vm_hwm_bytes": fields.get("VmHWM"),
-        "rss_anon_bytes": fields.get("RssAnon"),
-    }
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("export", help="directory written by speculators-kimi export")
-    parser.add_argument("--checkpoint", required=True, help="the trained checkpoint")
-    parser.add_argument("--verifier", required=True, help="local verifier directory")
-    parser.add_argument(
-        "--env",
-        type=Path,
-        default=None,
-        help="the scratch environment (default: one under ~/.cache/speculators-kimi "
-        "for this vLLM version and this environment)",
-    )
-    parser.add_argument("--tokens", type=int, default=24)
-    parser.add_argument(
-        "--synthetic-aux-states",
-        action="store_true",
-        help="feed both drafts aux states drawn at the verifier's width instead of "
-        "running the verifier's decoder (a real-size verifier does not fit a CPU "
-        "box): proves the export's parsing, loading and the draft's own step, "
-        "not the verifier's capture",
-    )
-    parser.add_argument(
-        "--num-speculative-tokens",
-        type=int,
-        default=3,
-        help="for an MLA export: the speculative config's num_speculative_tokens",
-    )
-    parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.inner:
-        report = inner(args)
-        report["memory"] = _memory()
-        print(json.dumps(report))
-        return 0
-    python = ensure_env(args.env or default_env())
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [str(python), __file__, "--inner", *sys.argv[1:]],
-        env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"),
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-6000:])
-        return proc.returncode
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    report["check_seconds"] = round(time.perf_counter() - t0, 1)
-    save_json_report(report, args.json)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,6 +20,13 @@ __all__ = [
 ]
 
 
+def vllm_version() -> str:
+    """The version of the vLLM this (scratch) interpreter imports."""
+    import vllm
+
+    return str(vllm.__version__)
+
+
 def load_ours(args):  # type: ignore[no-untyped-def]
     """Our draft in the dtype it was saved in (mapped from the file, so nearly
     no anonymous memory), without the frozen verifier head only training's loss

@@ -9,10 +9,20 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["VLLM_DEPS", "VLLM_VERSION", "default_env", "ensure_env", "say"]
+__all__ = [
+    "VLLM_DEPS",
+    "VLLM_VERSION",
+    "VLLM_VERSIONS",
+    "default_env",
+    "ensure_env",
+    "say",
+]
 
 
-VLLM_VERSION = "0.33.0"
+#: The vLLM releases the checks run on: the newest (the default) first; the
+#: others stay reachable (``--vllm-version``) for users pinned to them.
+VLLM_VERSIONS = ("0.34.0", "0.33.0")
+VLLM_VERSION = VLLM_VERSIONS[0]
 #: What ``vllm.model_executor.models.llama_eagle3`` imports beyond our test venv.
 VLLM_DEPS = [
     "apache-tvm-ffi==0.1.15.post2",
@@ -38,11 +48,11 @@ VLLM_DEPS = [
 ]
 
 
-def default_env() -> Path:
+def default_env(version: str = VLLM_VERSION) -> Path:
     """One scratch environment per vLLM version and base environment: it runs on
     the base's site-packages, so another venv gets its own."""
     base = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
-    return Path.home() / ".cache" / "speculators-kimi" / f"vllm-{VLLM_VERSION}-{base}"
+    return Path.home() / ".cache" / "speculators-kimi" / f"vllm-{version}-{base}"
 
 
 def say(msg: str) -> None:
@@ -53,18 +63,19 @@ def env_python(env: Path) -> Path:
     return env / "bin" / "python"
 
 
-def ensure_env(env: Path) -> Path:
-    """The scratch environment's python, built on first use (``.ready`` marks it)."""
+def ensure_env(env: Path, version: str = VLLM_VERSION) -> Path:
+    """The scratch environment's python, with vLLM ``version``, built on first
+    use (``.ready`` marks it)."""
     python = env_python(env)
     ready = env / ".ready"
-    stamp = f"{VLLM_VERSION} {sys.prefix}\n"
+    stamp = f"{version} {sys.prefix}\n"
     if ready.is_file() and ready.read_text() == stamp:
         return python
     import site
     import sysconfig
 
     t0 = time.perf_counter()
-    say(f"building {env} (vllm {VLLM_VERSION} without dependencies)")
+    say(f"building {env} (vllm {version} without dependencies)")
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", "--clear", str(env)],
         check=True,
@@ -86,7 +97,7 @@ def ensure_env(env: Path) -> Path:
     lines = [f"import site; site.addsitedir({p!r})" for p in dict.fromkeys(ours)]
     (purelib / "speculators_kimi_base.pth").write_text("\n".join(lines) + "\n")
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
-    subprocess.run([*pip, "--no-deps", f"vllm=={VLLM_VERSION}", *VLLM_DEPS], check=True)
+    subprocess.run([*pip, "--no-deps", f"vllm=={version}", *VLLM_DEPS], check=True)
     ready.write_text(stamp)
     say(f"built in {time.perf_counter() - t0:.0f} s")
     return python

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from .draft import PromptRows, aux_source, build_draft, check_draft, load_ours
-from .env import VLLM_VERSION
+from .draft import (
+    PromptRows,
+    aux_source,
+    build_draft,
+    check_draft,
+    load_ours,
+    vllm_version,
+)
 from .stubs import stub_attention
 
 __all__ = ["check_speculators_layout"]
@@ -16,7 +22,7 @@ def check_speculators_layout(args: argparse.Namespace) -> dict:
     from vllm.transformers_utils.config import maybe_override_with_speculators
     from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
 
-    report: dict = {"vllm": VLLM_VERSION, "layout": "speculators"}
+    report: dict = {"vllm": vllm_version(), "layout": "speculators"}
     hf_config = SpeculatorsConfig.from_pretrained(args.export)
     report["parsed"] = {
         key: getattr(hf_config, key, None)

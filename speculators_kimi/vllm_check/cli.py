@@ -1,0 +1,103 @@
+"""The ``vllm-check`` command: its options, the size check, the scratch
+environment, and the check run in it (:mod:`.inner`), reported."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..cli_args import add_json_argument, emit_report
+from ..errors import CommandError
+from .env import VLLM_VERSION, VLLM_VERSIONS, default_env, ensure_env
+
+__all__ = ["add_arguments", "format_report", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``vllm-check`` options."""
+    parser.add_argument("export", help="directory written by speculators-kimi export")
+    parser.add_argument("--checkpoint", required=True, help="the trained checkpoint")
+    parser.add_argument("--verifier", required=True, help="local verifier directory")
+    parser.add_argument(
+        "--vllm-version",
+        choices=VLLM_VERSIONS,
+        default=VLLM_VERSION,
+        help="the vLLM release whose code checks the export",
+    )
+    parser.add_argument(
+        "--env",
+        type=Path,
+        default=None,
+        help="the scratch environment (default: one under ~/.cache/speculators-kimi "
+        "for this vLLM version and this environment)",
+    )
+    parser.add_argument("--tokens", type=int, default=24)
+    parser.add_argument(
+        "--synthetic-aux-states",
+        action="store_true",
+        help="feed both drafts aux states drawn at the verifier's width instead of "
+        "running the verifier's decoder (a real-size verifier does not fit a CPU "
+        "box): proves the export's parsing, loading and the draft's own step, "
+        "not the verifier's capture",
+    )
+    parser.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=3,
+        help="for an MLA export: the speculative config's num_speculative_tokens",
+    )
+    add_json_argument(parser)
+
+
+def format_report(report: dict[str, Any]) -> str:
+    step = report.get("one_step") or {}
+    missing = report.get("parameters_not_loaded") or []
+    return "\n".join(
+        [
+            f"vLLM {report['vllm']} ({report['layout']} layout): "
+            + ("every parameter loaded" if not missing else f"NOT loaded: {missing}"),
+            f"one step over {step.get('tokens')} tokens: max relative logit "
+            f"difference {step.get('max_rel_logit_diff')}, same argmax "
+            f"{step.get('same_argmax')}",
+            f"checked in {report['check_seconds']} s",
+        ]
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``vllm-check`` from parsed arguments."""
+    from .size import check_decoder_fits
+
+    for flag, path in (("export", args.export), ("--checkpoint", args.checkpoint)):
+        if not (Path(path) / "config.json").is_file():
+            raise CommandError(f"{flag} {path}: no config.json")
+    if not args.synthetic_aux_states:
+        check_decoder_fits(args.verifier)
+    version = args.vllm_version
+    python = ensure_env(args.env or default_env(version), version)
+    parsed = {k: v for k, v in vars(args).items() if k != "func"}
+    inner = [str(python), "-m", "speculators_kimi.vllm_check.inner"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [*inner, json.dumps(parsed, default=str)],
+        env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-6000:])
+        raise CommandError(
+            f"vLLM {version}'s check of {args.export} failed (exit {proc.returncode}); "
+            "its output is above"
+        )
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    report["check_seconds"] = round(time.perf_counter() - t0, 1)
+    emit_report(report, format_report(report), args)
+    return 0
