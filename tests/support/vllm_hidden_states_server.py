@@ -1,41 +1,68 @@
-"""A stand-in for a vLLM 0.33 server that extracts hidden states, for tests.
+"""A stand-in for a vLLM 0.34 server that extracts hidden states, for tests.
 
-It answers as ``speculators launch-vllm`` starts vLLM 0.33: ``vllm serve VERIFIER
+First written from vLLM 0.33's source; re-read against 0.34.0 on 2026-12-04.
+
+It answers as ``speculators launch-vllm`` starts vLLM: ``vllm serve VERIFIER
 --speculative-config '{"method": "extract_hidden_states", "num_speculative_tokens":
 1, "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids":
 [...]}}}' --kv-transfer-config '{"kv_connector": "ExampleHiddenStatesConnector",
 "kv_role": "kv_producer", "kv_connector_extra_config": {"shared_storage_path":
 DIR}}'``. The states are computed with a real ``transformers`` verifier (the
 project's own capture, :func:`speculators_kimi.verifier.capture_hidden_states`);
-everything else is written from vLLM 0.33's source (paths under ``vllm/``):
+everything else is written from vLLM 0.34.0's source (paths under ``vllm/``):
 
 * ``POST /v1/completions`` (``entrypoints/openai/completion/serving.py``): the
-  request id is ``cmpl-<X-Request-Id or random_uuid()>`` (l. 147), the prompt's
-  ``<id>-<i>`` (l. 183), made unique by the engine as ``<that>-<8 hex>``
-  (``v1/engine/input_processor.py`` l. 371). The response is a
-  ``CompletionResponse`` (``completion/protocol.py`` l. 675-722) whose choice
-  carries ``prompt_token_ids``/``token_ids`` when ``return_token_ids`` is set
-  (serving.py l. 640-650) and whose top-level ``kv_transfer_params`` is the first
-  prompt's (serving.py l. 698-709).
+  request id is ``cmpl-<X-Request-Id, else the body's request_id, else
+  random_uuid()>`` (l. 192; ``entrypoints/serve/engine/serving.py`` l. 133-143,
+  ``completion/protocol.py`` l. 147-154), the prompt's ``<id>-<i>`` (l. 228),
+  made unique by the engine as ``<that>-<8 hex>`` (``v1/engine/input_processor.py``
+  l. 359). The response is a ``CompletionResponse`` (``completion/protocol.py``
+  l. 675-722) named as served (serving.py l. 270) whose choice carries
+  ``prompt_token_ids``/``token_ids`` when ``return_token_ids`` is set (serving.py
+  l. 708-718) and whose top-level ``kv_transfer_params`` is the first prompt's
+  (serving.py l. 766-777). ``usage`` is a ``UsageInfo``
+  (``entrypoints/serve/engine/protocol.py`` l. 135-142) with
+  ``completion_tokens_details: null``; new in 0.34, its ``prompt_tokens_details``
+  is left out when None (0.33 sent ``null``).
 * ``ExampleHiddenStatesConnector``
   (``distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py``):
-  the file is ``<shared_storage_path>/<request id>.safetensors`` (l. 496-516;
-  ``shared_storage_path`` defaults to ``/tmp``, l. 178; a client's own
+  the file is ``<shared_storage_path>/<request id>.safetensors`` (l. 497-517;
+  ``shared_storage_path`` defaults to ``/tmp``, l. 179-181; a client's own
   ``kv_transfer_params["hidden_states_path"]`` is ignored unless
-  ``allow_custom_save_path``, l. 225 and 505-514); its companion
+  ``allow_custom_save_path``, l. 226-228 and 506-515); its companion
   ``<file>.lock`` is created and held with ``LOCK_EX`` before the client gets
-  the path (``wait_for_save``, l. 268-289) and released by closing it once
-  ``save_file`` has written ``{"hidden_states", "token_ids"}`` on a writer
-  thread (l. 329-346, 415-418, 424-437); ``use_synchronization_lock: false``
-  writes no lock (l. 234, 430). ``token_ids`` are the prompt's (all tokens but
-  the sampled one with ``include_output_tokens``), l. 539-552; the request's
-  ``kv_transfer_params`` are ``{"hidden_states_path": file}`` (l. 559).
-* the layout (``v1/spec_decode/extract_hidden_states.py`` l. 73-77, 129):
-  ``hidden_states`` is ``[num_tokens, len(eagle_aux_hidden_state_layer_ids),
-  hidden_size]`` in the model's dtype, one entry per extracted layer in layer
+  the path (``wait_for_save``, l. 269-290, which the V2 runner calls after each
+  forward: ``v1/worker/gpu/kv_connector.py`` l. 146-147, 165) and released by
+  closing it once ``save_file`` has written ``{"hidden_states", "token_ids"}`` on
+  a writer thread (l. 330-347, 416-419, 425-438); ``use_synchronization_lock:
+  false`` writes no lock (l. 235-237, 431). ``token_ids`` are the prompt's (all
+  tokens but the sampled one with ``include_output_tokens``), int64, l. 540-553
+  (0.34 builds them with ``utils/torch_utils.py``'s ``token_ids_to_tensor``,
+  l. 98-103, from the request's int32 ``TokenBuffer``: the same ids and dtype);
+  the request's ``kv_transfer_params`` are ``{"hidden_states_path": file}``
+  (l. 560).
+* the layout: 0.34 has no V1 model runner, and 0.33's
+  ``v1/spec_decode/extract_hidden_states.py`` (``ExtractHiddenStatesProposer``) is
+  gone; the states come from the V2 runner's ``ExtractHiddenStatesSpeculator``
+  (``v1/worker/gpu/spec_decode/extract_hidden_states.py``; configured by
+  ``extract_hidden_states_config.py`` l. 23-44, 0.33's
+  ``config/speculative.py`` branch). The runner sets the verifier's aux layers to
+  ``eagle_aux_hidden_state_layer_ids`` (``v1/worker/gpu/model_runner.py``
+  l. 425-429; ``spec_decode/eagle/eagle3_utils.py`` l. 15-30, 103-109), takes
+  ``(hidden_states, aux_hidden_states)`` from the forward (model_runner.py
+  l. 2169-2171) and hands them to ``propose`` (l. 2367-2373), which stacks them
+  into its ``[num_tokens, len(eagle_aux_hidden_state_layer_ids), hidden_size]``
+  buffer in the model's dtype (extract_hidden_states.py l. 48-56, 133-135;
+  ``spec_decode/speculator.py`` l. 199) and runs ``ExtractHiddenStatesModel`` on
+  it (l. 157): one cache-only attention layer with a head per state
+  (``model_executor/models/extract_hidden_states.py``
+  l. 346-357, 372) scatters it into the KV cache (l. 81-90), which the connector
+  reads back per block (connector l. 37-46, 399-401). So ``hidden_states`` is
+  ``[num_tokens, len(ids), hidden_size]``, one entry per extracted layer in layer
   order, as the model appends them (``model_executor/models/deepseek_v2.py``
-  l. 1561-1568, 1586-1587: id ``i < n`` is the residual stream entering layer
-  ``i``; id ``n`` the stream after the last layer, before the final norm).
+  l. 1561-1568, 1586-1587, unchanged: id ``i < n`` is the residual stream
+  entering layer ``i``; id ``n`` the stream after the last layer, before the
+  final norm), as in 0.33.
 * ``GET /v1/models``: one model, named as served (the verifier path).
 
 Not modelled: streaming, several prompts in one request, chat completions,
@@ -148,8 +175,8 @@ class VllmHiddenStatesServer(LocalServer):
         from speculators_kimi.verifier import capture_hidden_states
 
         ids = torch.tensor([token_ids], dtype=torch.long)
-        # The model appends states in layer order (deepseek_v2.py l. 1546-1587),
-        # whatever the order of the config's ids.
+        # The model appends states in layer order (vLLM 0.34 deepseek_v2.py
+        # l. 1546-1587, as in 0.33), whatever the order of the config's ids.
         order = sorted(self.layer_ids)
         with self._forward_lock:
             # One entry per id (id n hooks the final norm's input) plus the
@@ -181,7 +208,6 @@ class VllmHiddenStatesServer(LocalServer):
     ) -> None:
         try:
             time.sleep(self.write_delay_s)
-            Path(filename).parent.mkdir(parents=True, exist_ok=True)
             save_file(tensors, filename)
         finally:
             if lock_fd is not None:
@@ -201,7 +227,8 @@ class VllmHiddenStatesServer(LocalServer):
         max_tokens = body.get("max_tokens", 16)
         if max_tokens != 1:
             raise ValueError("this stand-in samples one token (max_tokens=1)")
-        request_id = f"cmpl-{header_id or _random_uuid()}"
+        base_id = header_id if header_id is not None else body.get("request_id")
+        request_id = f"cmpl-{base_id if base_id is not None else _random_uuid()}"
         req_id = f"{request_id}-0-{_random_uuid():.8}"
         kv_params = body.get("kv_transfer_params") or {}
         filename = self._filename(req_id, kv_params)
@@ -214,8 +241,10 @@ class VllmHiddenStatesServer(LocalServer):
                 saved_ids = list(prompt)
             tensors = {
                 "hidden_states": hs,
-                "token_ids": torch.tensor(saved_ids),
+                "token_ids": torch.tensor(saved_ids, dtype=torch.long),
             }
+            # as the connector: the directory is made before submitting (its l. 425)
+            Path(filename).parent.mkdir(parents=True, exist_ok=True)
         except BaseException:
             if lock_fd is not None:
                 os.close(lock_fd)
@@ -228,7 +257,7 @@ class VllmHiddenStatesServer(LocalServer):
             "id": request_id,
             "object": "text_completion",
             "created": int(time.time()),
-            "model": body.get("model") or self.model_name,
+            "model": self.model_name,
             "choices": [
                 {
                     "index": 0,
@@ -249,7 +278,7 @@ class VllmHiddenStatesServer(LocalServer):
                 "prompt_tokens": len(prompt),
                 "total_tokens": len(prompt) + 1,
                 "completion_tokens": 1,
-                "prompt_tokens_details": None,
+                "completion_tokens_details": None,
             },
             "kv_transfer_params": transfer,
             "ec_transfer_params": None,

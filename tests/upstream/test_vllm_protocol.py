@@ -1,4 +1,4 @@
-"""Upstream's vLLM clients against a stand-in that speaks vLLM 0.33's protocol.
+"""Upstream's vLLM clients against a stand-in that speaks vLLM 0.34's protocol.
 
 The stand-in (``vllm_hidden_states_server``) computes its states with a real tiny
 Kimi-K2.5-shaped verifier and writes them as vLLM's ``ExampleHiddenStatesConnector``
