@@ -37,24 +37,9 @@ import torch
 from bench_common import cpu_model, status  # this directory (run as a script)
 
 from speculators_kimi.cli_args import save_json_report
+from speculators_kimi.tiny_verifier.configs import KIMI_K25_TEXT
 
 ARCHS = ("llama", "deepseek_v3")
-#: Kimi-K2.5's text config (DeepSeek-V3 geometry), as its config.json ships it.
-KIMI_K25_TEXT = {
-    "hidden_size": 7168,
-    "intermediate_size": 18432,
-    "moe_intermediate_size": 2048,
-    "num_hidden_layers": 61,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 64,
-    "q_lora_rank": 1536,
-    "kv_lora_rank": 512,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
-    "vocab_size": 163840,
-    "max_position_embeddings": 262144,
-}
 
 
 def draft_config(verifier: Path, arch: str) -> Any:

@@ -13,6 +13,7 @@ from .specs import KimiTinySpec, TinyVerifierSpec
 
 __all__ = [
     "KIMI_ARCHITECTURE",
+    "KIMI_K25_TEXT",
     "dense_text",
     "gemma3_config",
     "kimi_k25_config",
@@ -20,6 +21,30 @@ __all__ = [
 ]
 
 KIMI_ARCHITECTURE = "KimiK25ForConditionalGeneration"
+
+#: Kimi-K2.5's text config at its real sizes (DeepSeek-V3 geometry), as its
+#: config.json ships it: for the size checks and benchmarks, never built whole.
+KIMI_K25_TEXT: dict[str, Any] = {
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "vocab_size": 163840,
+    "max_position_embeddings": 262144,
+    "n_routed_experts": 384,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 1,
+    "n_group": 1,
+    "topk_group": 1,
+}
 
 #: Fields of a saved config that do not describe the model.
 _VOLATILE = ("transformers_version", "dtype", "torch_dtype")

@@ -27,31 +27,10 @@ from pathlib import Path
 from helpers import SUPPORT, run
 from speculators.utils.target_layers import default_target_layer_ids
 
+from speculators_kimi.tiny_verifier.configs import KIMI_K25_TEXT
 from speculators_kimi.vllm_check.env import default_env, ensure_env
 
 VLLM = "0.34.0"
-#: Kimi-K2.5's text config as its config.json ships it (DeepSeek-V3 geometry).
-KIMI_K25_TEXT = {
-    "hidden_size": 7168,
-    "intermediate_size": 18432,
-    "moe_intermediate_size": 2048,
-    "num_hidden_layers": 61,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 64,
-    "q_lora_rank": 1536,
-    "kv_lora_rank": 512,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
-    "vocab_size": 163840,
-    "max_position_embeddings": 262144,
-    "n_routed_experts": 384,
-    "n_shared_experts": 1,
-    "num_experts_per_tok": 8,
-    "first_k_dense_replace": 1,
-    "n_group": 1,
-    "topk_group": 1,
-}
 CASES = {
     "kimi_k25": {"backend": "FLASHMLA"},
     "kimi_k25_dcp8": {"backend": "FLASHMLA", "tp": 8, "dcp": 8},
