@@ -65,12 +65,27 @@ def env_python(env: Path) -> Path:
 
 def ensure_env(env: Path, version: str = VLLM_VERSION) -> Path:
     """The scratch environment's python, with vLLM ``version``, built on first
-    use (``.ready`` marks it)."""
-    python = env_python(env)
+    use (``.ready`` marks it). Processes asking at once (parallel test workers,
+    two checks) wait for one build under a lock beside it, instead of clearing
+    each other's half-built environment."""
+    import fcntl
+
     ready = env / ".ready"
     stamp = f"{version} {sys.prefix}\n"
     if ready.is_file() and ready.read_text() == stamp:
-        return python
+        return env_python(env)
+    env.parent.mkdir(parents=True, exist_ok=True)
+    with open(env.parent / f".{env.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if ready.is_file() and ready.read_text() == stamp:
+            return env_python(env)
+        return _build_env(env, version, stamp)
+
+
+def _build_env(env: Path, version: str, stamp: str) -> Path:
+    """Build the scratch environment (see :func:`ensure_env`)."""
+    python = env_python(env)
+    ready = env / ".ready"
     import site
     import sysconfig
 
