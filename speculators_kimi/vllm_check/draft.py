@@ -204,6 +204,33 @@ def load_and_check(draft, config, export: str, rows: PromptRows) -> dict:  # typ
         "shared_from_verifier": shared,
         "parameters_not_loaded": unloaded,
         "embedding_rows_equal_ours": same_rows,
+        "embedding_sharing": embedding_sharing(draft, rows),
+    }
+
+
+def embedding_sharing(draft, rows: PromptRows) -> dict | None:  # type: ignore[no-untyped-def]
+    """Whose input embedding vLLM's own loader gives the loaded draft, for a
+    verifier whose embedding is plain and for one whose embedding is quantized
+    (packed weights, no ``weight``): ``"target"`` (shared) or ``"draft"`` (its
+    own). vLLM 0.34's ``_should_share`` (``v1/worker/gpu/spec_decode/eagle/
+    utils.py``, used by ``maybe_share_target_embed``) decides, after the draft's
+    ``load_weights`` set ``has_own_embed_tokens`` from the export's tensors;
+    the copies are compared on the prompt's rows. None on a vLLM without it."""
+    import types
+
+    try:
+        from vllm.v1.worker.gpu.spec_decode.eagle.utils import _should_share
+    except ImportError:
+        return None
+    own = types.SimpleNamespace(weight=draft.model.embed_tokens.weight)
+    targets = {
+        "plain": types.SimpleNamespace(weight=rows.rows),
+        "quantized": types.SimpleNamespace(weight_packed=rows.rows),
+    }
+    flag = "has_own_embed_tokens"
+    return {
+        kind: "target" if _should_share(draft, flag, own, target) else "draft"
+        for kind, target in targets.items()
     }
 
 

@@ -196,6 +196,9 @@ def test_vllm_accepts_and_loads_the_export(trained_demo, tmp_path):
     # which it shares from the verifier.
     assert report["parameters_not_loaded"] == []
     assert report["shared_from_verifier"] == ["model.embed_tokens.weight"]
+    # vLLM 0.34's own loader decides so too: with no embedding in the export, the
+    # verifier's is shared, a quantized one included.
+    assert report["embedding_sharing"] == {"plain": "target", "quantized": "target"}
     assert report["aux_states"] == "VerifierAux"
     step = report["one_step"]
     assert step["max_abs_logit_diff"] < 1e-4, step
@@ -369,6 +372,9 @@ def test_vllm_loads_the_mla_export(trained_mla_demo, tmp_path):
     assert "MLAAttention" in report["stubbed"]
     assert report["parameters_not_loaded"] == []
     assert report["shared_from_verifier"] == ["model.embed_tokens.weight"]
+    # vLLM 0.34's own loader decides so too: with no embedding in the export, the
+    # verifier's is shared, a quantized one included.
+    assert report["embedding_sharing"] == {"plain": "target", "quantized": "target"}
     step = report["one_step"]
     assert step["max_abs_logit_diff"] < 1e-4, step
     assert step["same_argmax"] and step["same_masked_tokens"]
