@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import torch
@@ -156,8 +157,8 @@ def test_offloaded_verifier_gives_identical_states_and_acceptance(
     session = load_session(
         ckpt, verifier_dir, dtype="float32", device="cpu", placement=placement
     )
-    placed = set(session.verifier.decoder.hf_device_map.values())
-    assert "disk" in placed, session.verifier.decoder.hf_device_map
+    device_map = cast(dict[str, Any], session.verifier.decoder.hf_device_map)
+    assert "disk" in set(device_map.values()), device_map
 
     out = tmp_path / "hs"
     res = generate_hidden_states(
@@ -170,12 +171,12 @@ def test_offloaded_verifier_gives_identical_states_and_acceptance(
         assert torch.equal(got["hidden_states"], want["hidden_states"]), path.name
 
     prompts = dataset_prompts(data)
-    got = session.evaluate(prompts, num_speculative_tokens=3, max_new_tokens=32)
-    want = trained_demo["acceptance"]["trained"]
+    report = session.evaluate(prompts, num_speculative_tokens=3, max_new_tokens=32)
+    unsharded = trained_demo["acceptance"]["trained"]
     for key in ("mean_acceptance_length", "acceptance_rate_per_position"):
-        assert got.as_dict()[key] == want[key], key
-    assert got.num_generated_tokens == want["num_generated_tokens"]
-    assert got.lossless
+        assert report.as_dict()[key] == unsharded[key], key
+    assert report.num_generated_tokens == unsharded["num_generated_tokens"]
+    assert report.lossless
 
 
 def test_evaluate_command(trained_demo, tmp_path):

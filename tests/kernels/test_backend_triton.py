@@ -10,6 +10,7 @@ unit (``speculators.models.attention_backends``) are importable.
 from __future__ import annotations
 
 import importlib.util
+from typing import Any
 
 import pytest
 import torch
@@ -41,8 +42,8 @@ TTT_STEPS = 3
 # windowed and full layers attend to different keys.
 WINDOW = 5
 # fp32 throughout; the kernels' online softmax sums in a different order than sdpa.
-LOSS_TOL = {"rtol": 1e-5, "atol": 1e-5}
-GRAD_TOL = {"rtol": 1e-4, "atol": 1e-5}
+LOSS_TOL: dict[str, Any] = {"rtol": 1e-5, "atol": 1e-5}
+GRAD_TOL: dict[str, Any] = {"rtol": 1e-4, "atol": 1e-5}
 
 
 @pytest.fixture

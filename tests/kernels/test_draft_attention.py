@@ -100,13 +100,11 @@ def check(
     ref.backward(do.double())
     for name, a, r in zip("qkv", ins, refs, strict=True):
         assert a.grad is not None and a.grad.dtype == dtype, name
-        torch.testing.assert_close(
-            a.grad.double(),
-            r.grad,
-            atol=tol_g,
-            rtol=0,
-            msg=lambda m, nm=name: f"d{nm}: {m}",
-        )
+
+        def msg(m: str, nm: str = name) -> str:
+            return f"d{nm}: {m}"
+
+        torch.testing.assert_close(a.grad.double(), r.grad, atol=tol_g, rtol=0, msg=msg)
 
 
 # (N, t, Hq, Hkv, d, window, num_docs)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -227,7 +228,7 @@ def test_zoo_member_trains(member, tmp_path):
 
         from speculators import SpeculatorModel
 
-        draft = SpeculatorModel.from_pretrained(str(ckpt))
+        draft: Any = SpeculatorModel.from_pretrained(str(ckpt))
     else:
         draft = _train_step_in_process(cmd[2:])
         assert list(draft.target_layer_ids) == res.target_layer_ids
