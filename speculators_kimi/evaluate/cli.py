@@ -190,18 +190,19 @@ def _each_epoch(
 ) -> int:
     from .epochs import epoch_table
 
-    reports: dict[Path, EvaluationReport] = {}
+    #: by the resolved path, as the table names each checkpoint
+    reports: dict[str, EvaluationReport] = {}
 
     def measure(checkpoint: Path) -> float:
-        reports[checkpoint] = _decode(
+        report = _decode(
             session.with_checkpoint(checkpoint, args.verifier), prompts, args
         )
-        return reports[checkpoint].mean_acceptance_length
+        reports[str(checkpoint.resolve())] = report
+        return report.mean_acceptance_length
 
     table = epoch_table(args.draft, measure)
     if args.profile:
-        best = Path(table["best"]["checkpoint"])
-        picked = next(r for c, r in reports.items() if c.resolve() == best)
+        picked = reports[table["best"]["checkpoint"]]
         save_json_report(picked.profile(_dataset(args)), args.profile, show=False)
     emit_report(table, format_epoch_table(table), args)
     return 0
