@@ -10,6 +10,8 @@ import platform
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from speculators_kimi.tiny_verifier.configs import KIMI_K25_TEXT
+
 if TYPE_CHECKING:
     import torch
 
@@ -19,6 +21,7 @@ __all__ = [
     "cpu_model",
     "device_name",
     "kimi_size_verifier",
+    "process_memory",
     "status",
 ]
 
@@ -30,6 +33,13 @@ def status(field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def process_memory() -> dict[str, int]:
+    """This process's anonymous memory now and its peak resident set, in bytes: the
+    memory every report here ends with (``RssAnon`` is what the benchmark itself
+    holds; ``VmHWM`` also counts mapped files' pages)."""
+    return {"rss_anon_bytes": status("RssAnon"), "vm_hwm_bytes": status("VmHWM")}
 
 
 def cpu_model() -> str:
@@ -56,34 +66,19 @@ def device_name(device: torch.device) -> str:
 
 
 #: Kimi-K2.5's vocabulary and hidden size.
-KIMI_VOCAB, KIMI_HIDDEN = 163840, 7168
+KIMI_VOCAB, KIMI_HIDDEN = KIMI_K25_TEXT["vocab_size"], KIMI_K25_TEXT["hidden_size"]
 
 
 def kimi_size_verifier(
     path: Path, vocab: int = KIMI_VOCAB, hidden: int = KIMI_HIDDEN
 ) -> Path:
     """The Kimi-K2.5 Hub layout (``tiny_verifier``'s skeleton) at Kimi-K2.5's sizes:
-    real-size bf16 embedding, head and final norm; 61 layers, 64 heads, MLA ranks
-    1536/512, head dims 128/64/128 in its config."""
+    real-size bf16 embedding, head and final norm; the rest of its config is
+    :data:`~speculators_kimi.tiny_verifier.configs.KIMI_K25_TEXT`."""
     import torch
 
-    from speculators_kimi.tiny_verifier import (
-        KimiTinySpec,
-        mla_text,
-        write_kimi_k25_skeleton,
-    )
+    from speculators_kimi.tiny_verifier import mla_text, write_kimi_k25_skeleton
 
-    spec = KimiTinySpec(
-        hidden_size=hidden, intermediate_size=18432, num_layers=61, num_heads=64
-    )
-    text = mla_text(
-        spec,
-        vocab_size=vocab,
-        kv_lora_rank=512,
-        q_lora_rank=1536,
-        qk_rope_head_dim=64,
-        qk_nope_head_dim=128,
-        v_head_dim=128,
-        rms_norm_eps=1e-5,
-    )
+    sizes = {"vocab_size": vocab, "hidden_size": hidden, "rms_norm_eps": 1e-5}
+    text = mla_text(**{**KIMI_K25_TEXT, **sizes})
     return write_kimi_k25_skeleton(path, text, dtype=torch.bfloat16)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench_common import cpu_model, status  # this directory (run as a script)
+from bench_common import cpu_model, process_memory  # this directory (run as a script)
 
 from speculators_kimi.cli_args import save_json_report
 from speculators_kimi.tiny_verifier.configs import KIMI_K25_TEXT
@@ -213,8 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 base / "verifier", d.draft_vocab_size, d.total_seq_len, args.repeats
             ),
             "kimi_k25_size": kimi_size(Path(tmp)),
-            "rss_anon_bytes_after": status("RssAnon"),
-            "vm_hwm_bytes": status("VmHWM"),
+            "memory_after_runs": process_memory(),
         }
     save_json_report(result, args.json)
     return 0

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_common import cpu_model, status  # this directory (run as a script)
+from bench_common import cpu_model, process_memory  # this directory (run as a script)
 
 from speculators_kimi.cli_args import save_json_report
 
@@ -106,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "mean_acceptance_length": round(acceptance_length(accepted), 3),
         "verifier_forwards": {"greedy": greedy_forwards, "speculative": spec_forwards},
         "outputs_equal": equal,
-        "rss_anon_bytes_after": status("RssAnon"),
-        "vm_hwm_bytes": status("VmHWM"),
+        "memory_after_runs": process_memory(),
     }
     save_json_report(result, args.json)
     return 0

@@ -29,7 +29,7 @@ from bench_common import (  # this directory
     KIMI_VOCAB,
     cpu_model,
     kimi_size_verifier,
-    status,
+    process_memory,
 )
 
 from speculators_kimi.cli_args import save_json_report
@@ -134,10 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         result["layouts"][arch] = row
         print(json.dumps({arch: row}, indent=2), flush=True)
-    result["benchmark_process"] = {
-        "vm_hwm_bytes": status("VmHWM"),
-        "rss_anon_bytes": status("RssAnon"),
-    }
+    result["benchmark_process"] = process_memory()
     save_json_report(result, args.json)
     return 0
 

@@ -124,13 +124,7 @@ def tiny_draft_checkpoint(tmp_path) -> Path:
     from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
 
     spec = TinyVerifierSpec(
-        hidden_size=32,
-        intermediate_size=64,
-        num_layers=4,
-        num_heads=2,
-        num_kv_heads=2,
-        num_words=56,
-        num_samples=2,
+        hidden_size=32, intermediate_size=64, num_layers=4, num_words=56, num_samples=2
     )
     verifier = build_verifier(spec, tmp_path / "verifier")
     layer = AutoConfig.from_pretrained(verifier)

@@ -130,7 +130,7 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
     """Run every stage (reusing finished ones); return the report as a dict."""
     from ..tiny_verifier import KimiTinySpec
 
-    paths = DemoPaths(s.out.resolve())
+    paths = DemoPaths.under(s.out.resolve())
     if s.fresh and paths.out.exists():
         shutil.rmtree(paths.out)
     paths.out.mkdir(parents=True, exist_ok=True)

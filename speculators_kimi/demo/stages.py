@@ -42,22 +42,17 @@ class DemoPaths:
     """Where each stage writes, under the demo's working directory ``out``."""
 
     out: Path
+    verifier: Path
+    replies: Path
+    data: Path
+    run_dir: Path
 
-    @property
-    def verifier(self) -> Path:
-        return self.out / "verifier"
-
-    @property
-    def replies(self) -> Path:
-        return self.out / "replies.jsonl"
-
-    @property
-    def data(self) -> Path:
-        return self.out / "data"
-
-    @property
-    def run_dir(self) -> Path:
-        return self.out / "run"
+    @classmethod
+    def under(cls, out: Path) -> DemoPaths:
+        """The stages' paths below ``out``."""
+        return cls(
+            out, out / "verifier", out / "replies.jsonl", out / "data", out / "run"
+        )
 
 
 @dataclass(frozen=True)

@@ -81,17 +81,15 @@ def _document_ids() -> torch.Tensor:
 def _tiny_eagle3(attn_impl: str):
     from transformers import Qwen3Config
 
+    from speculators_kimi.tiny_verifier import TinyVerifierSpec, dense_text
     from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
 
+    # The tiny dense family's shape (4 heads, GQA 2) at HIDDEN, head_dim 8, with a
+    # full layer and a windowed one.
+    spec = TinyVerifierSpec(hidden_size=HIDDEN, intermediate_size=64, num_layers=2)
     layer_config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **dense_text(spec=spec, vocab_size=VOCAB, max_position_embeddings=256),
         head_dim=8,
-        max_position_embeddings=256,
         layer_types=["full_attention", "sliding_attention"],
         use_sliding_window=True,
         sliding_window=WINDOW,
@@ -177,22 +175,20 @@ def _tiny_mla_eagle3(attn_impl: str):
     rope 8), v heads 16, YaRN rope whose ``mscale`` changes the softmax scale."""
     from transformers import DeepseekV3Config
 
+    from speculators_kimi.tiny_verifier import KimiTinySpec, mla_text
     from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
 
-    layer_config = DeepseekV3Config(
-        vocab_size=VOCAB,
+    # The tiny Kimi family's MLA shape (4 heads, nope 16, rope 8, v 16) at HIDDEN,
+    # without a q LoRA and with YaRN rope.
+    spec = KimiTinySpec(
         hidden_size=HIDDEN,
         intermediate_size=64,
         moe_intermediate_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        q_lora_rank=None,
-        kv_lora_rank=16,
-        qk_nope_head_dim=16,
-        qk_rope_head_dim=8,
-        v_head_dim=16,
+        num_layers=1,
         max_position_embeddings=256,
+    )
+    layer_config = DeepseekV3Config(
+        **mla_text(spec, vocab_size=VOCAB, q_lora_rank=None, kv_lora_rank=16),
         rope_parameters={
             "rope_type": "yarn",
             "rope_theta": 10000.0,

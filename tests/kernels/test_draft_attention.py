@@ -129,8 +129,11 @@ def _id(case):
     return f"N{n}-t{t}-h{hq}x{hkv}-d{d}-w{w}-docs{nd}"
 
 
-def _dtype_id(dtype, case):
-    return f"{str(dtype).split('.')[-1]}-{_id(case)}"
+def _dtype_params(cases):
+    """``(dtype, case)`` parameters, each named by its dtype and case."""
+    return [
+        pytest.param(dt, c, id=f"{str(dt).split('.')[-1]}-{_id(c)}") for dt, c in cases
+    ]
 
 
 @pytest.mark.parametrize("case", FP32_CASES, ids=[_id(c) for c in FP32_CASES])
@@ -147,11 +150,7 @@ LOWP_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("dtype", "case"),
-    LOWP_CASES,
-    ids=[_dtype_id(dt, c) for dt, c in LOWP_CASES],
-)
+@pytest.mark.parametrize(("dtype", "case"), _dtype_params(LOWP_CASES))
 def test_low_precision_forward_backward(dtype, case):
     n, t, hq, hkv, d, w, nd = case
     check(n, t, hq, hkv, d, w, dtype, num_docs=nd)
@@ -490,11 +489,7 @@ GPU_CASES = [
 
 
 @gpu_only
-@pytest.mark.parametrize(
-    ("dtype", "case"),
-    GPU_CASES,
-    ids=[_dtype_id(dt, c) for dt, c in GPU_CASES],
-)
+@pytest.mark.parametrize(("dtype", "case"), _dtype_params(GPU_CASES))
 def test_gpu_real_sizes(dtype, case):
     n, t, hq, hkv, d, w, nd = case
     check(n, t, hq, hkv, d, w, dtype, num_docs=nd, pad_tail=n // 50)
