@@ -50,6 +50,17 @@ KIMI_K25_TEXT: dict[str, Any] = {
 _VOLATILE = ("transformers_version", "dtype", "torch_dtype")
 
 
+def _sizes(spec: TinyVerifierSpec | KimiTinySpec) -> dict[str, int]:
+    """The config keys both families take from their spec the same way."""
+    return {
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+    }
+
+
 def dense_text(
     tokens: dict[str, int] | None = None,
     spec: TinyVerifierSpec | None = None,
@@ -61,11 +72,7 @@ def dense_text(
     """
     spec = spec or TinyVerifierSpec()
     values: dict[str, Any] = {
-        "vocab_size": spec.vocab_size,
-        "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size,
-        "num_hidden_layers": spec.num_layers,
-        "num_attention_heads": spec.num_heads,
+        **_sizes(spec),
         "num_key_value_heads": spec.num_kv_heads,
         "max_position_embeddings": 1024,
         "tie_word_embeddings": False,
@@ -82,12 +89,8 @@ def mla_text(spec: KimiTinySpec | None = None, **overrides: Any) -> dict[str, An
     """
     spec = spec or KimiTinySpec()
     values: dict[str, Any] = {
-        "vocab_size": spec.vocab_size,
-        "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size,
+        **_sizes(spec),
         "moe_intermediate_size": spec.moe_intermediate_size,
-        "num_hidden_layers": spec.num_layers,
-        "num_attention_heads": spec.num_heads,
         "num_key_value_heads": spec.num_heads,
         "n_routed_experts": spec.n_routed_experts,
         "n_shared_experts": 1,

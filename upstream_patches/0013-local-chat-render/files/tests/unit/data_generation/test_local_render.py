@@ -1,26 +1,22 @@
 import json
 import pickle
-import sys
 
 import pytest
 from datasets import Dataset as HFDataset
 from datasets import load_from_disk
 from transformers import AutoTokenizer
 
-from speculators import __main__ as speculators_main
 from speculators.data_generation.local_render import (
     LocalChatRenderer,
     vllm_template_messages,
 )
-from speculators.data_generation.preprocessing import (
-    build_speculator_training_dataset,
-    load_and_preprocess_dataset,
-)
+from speculators.data_generation.preprocessing import build_speculator_training_dataset
 from tests.unit.mock.chat_tokenizers import (
     K25_WEATHER_CALL_RENDERED,
     WEATHER_CALL,
     write_kimi_tokenizer,
 )
+from tests.unit.mock.local_prepare_data import load_locally, run_prepare_data
 from tests.unit.mock.render_server import serve_render
 
 pytest.importorskip("tiktoken")
@@ -174,14 +170,7 @@ def test_load_and_preprocess_renders_locally(kimi_dir, tmp_path):
     data.write_text(
         "\n".join(json.dumps({"conversations": c}) for c in CONVERSATIONS[:2])
     )
-    dataset, _ = load_and_preprocess_dataset(
-        str(kimi_dir),
-        [str(data)],
-        seq_length=512,
-        build_dataset_num_proc=1,
-        render_endpoint="local",
-        trust_remote_code=True,
-    )
+    dataset, _ = load_locally(kimi_dir, data)
     assert len(dataset) == 3
 
 
@@ -203,27 +192,6 @@ def test_prepare_data_cli_renders_locally(kimi_dir, tmp_path, monkeypatch):
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"conversations": CONVERSATIONS[0]}) + "\n")
     out = tmp_path / "out"
-    monkeypatch.setattr(
-        sys,
-        "argv",
-        [
-            "speculators",
-            "prepare-data",
-            "--model",
-            str(kimi_dir),
-            "--data",
-            str(data),
-            "--output",
-            str(out),
-            "--render-endpoint",
-            "local",
-            "--trust-remote-code",
-            "--num-preprocessing-workers",
-            "1",
-        ],
-    )
-    with pytest.raises(SystemExit) as exc_info:
-        speculators_main.app()
-    assert exc_info.value.code == 0
+    assert run_prepare_data(monkeypatch, kimi_dir, data, out) == 0
     row = load_from_disk(str(out))[0]
     assert sum(row["loss_mask"]) == 3  # "</think>four<|im_end|>"

@@ -1,9 +1,7 @@
 import json
-import sys
 
 import pytest
 
-from speculators import __main__ as speculators_main
 from speculators.data_generation.input_files import (
     DataFileError,
     NoSamplesError,
@@ -13,6 +11,7 @@ from speculators.data_generation.input_files import (
 from speculators.data_generation.preprocessing import load_raw_dataset
 from speculators.utils.cli_errors import TRACEBACK_ENV, known_error_message
 from tests.unit.mock.chat_tokenizers import write_kimi_tokenizer
+from tests.unit.mock.local_prepare_data import run_prepare_data
 
 ROW = json.dumps(
     {
@@ -65,32 +64,11 @@ def kimi_dir(tmp_path_factory):
     return write_kimi_tokenizer(tmp_path_factory.mktemp("kimi"))
 
 
-def _prepare_data(monkeypatch, model, data, out) -> int:
+def _prepare_data(monkeypatch, model, data, out) -> int | str | None:
     """``speculators prepare-data`` in this process: its exit status."""
     monkeypatch.delenv(TRACEBACK_ENV, raising=False)
     monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.setattr(
-        sys,
-        "argv",
-        [
-            "speculators",
-            "prepare-data",
-            "--model",
-            str(model),
-            "--data",
-            str(data),
-            "--output",
-            str(out),
-            "--render-endpoint",
-            "local",
-            "--trust-remote-code",
-            "--num-preprocessing-workers",
-            "1",
-        ],
-    )
-    with pytest.raises(SystemExit) as exc_info:
-        speculators_main.app()
-    return int(exc_info.value.code or 0)
+    return run_prepare_data(monkeypatch, model, data, out)
 
 
 @pytest.mark.parametrize(("name", "content", "says"), BAD_FILES)

@@ -17,11 +17,9 @@ from speculators.data_generation.dropped_conversations import (
     remove_dropped,
 )
 from speculators.data_generation.input_files import NoSamplesError
-from speculators.data_generation.preprocessing import (
-    build_speculator_training_dataset,
-    load_and_preprocess_dataset,
-)
+from speculators.data_generation.preprocessing import build_speculator_training_dataset
 from tests.unit.mock.chat_tokenizers import K25_CHAT_TEMPLATE, write_kimi_tokenizer
+from tests.unit.mock.local_prepare_data import load_locally
 
 pytest.importorskip("tiktoken")
 
@@ -84,15 +82,7 @@ def test_unsplittable_conversation_is_reported_by_input_position(tmp_path, caplo
     rows = [PLAIN, PLAIN, [*PLAIN, USER, PLAIN[1]], PLAIN]
     data.write_text("\n".join(json.dumps({"conversations": c}) for c in rows))
     with caplog.at_level(logging.WARNING):
-        dataset, _ = load_and_preprocess_dataset(
-            str(path),
-            [str(data)],
-            seq_length=512,
-            build_dataset_num_proc=1,
-            render_endpoint="local",
-            trust_remote_code=True,
-            seed=3,
-        )
+        dataset, _ = load_locally(path, data, seed=3)
     # Reported by its position in the file, although the rows were shuffled.
     assert "1 x BoundaryUnstableError (conversations 2)" in caplog.text
     assert len(dataset) == 3
