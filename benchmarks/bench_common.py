@@ -1,4 +1,5 @@
-"""What every benchmark here reports about its machine and its memory.
+"""What every benchmark here reports about its machine and its memory
+(:func:`speculators_kimi.memory.process_memory`).
 
 Imported by the benchmark scripts of this directory (run as
 ``python benchmarks/<name>.py``, so this directory is on ``sys.path``).
@@ -10,6 +11,7 @@ import platform
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from speculators_kimi.memory import process_memory
 from speculators_kimi.tiny_verifier.configs import KIMI_K25_TEXT
 
 if TYPE_CHECKING:
@@ -22,24 +24,7 @@ __all__ = [
     "device_name",
     "kimi_size_verifier",
     "process_memory",
-    "status",
 ]
-
-
-def status(field: str) -> int:
-    """A ``/proc/self/status`` field (``RssAnon``, ``VmHWM``...) in bytes; 0 where
-    it does not exist."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def process_memory() -> dict[str, int]:
-    """This process's anonymous memory now and its peak resident set, in bytes: the
-    memory every report here ends with (``RssAnon`` is what the benchmark itself
-    holds; ``VmHWM`` also counts mapped files' pages)."""
-    return {"rss_anon_bytes": status("RssAnon"), "vm_hwm_bytes": status("VmHWM")}
 
 
 def cpu_model() -> str:

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..memory import process_memory
+
 __all__ = ["check_export", "main"]
 
 
@@ -29,23 +31,10 @@ def check_export(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def _memory() -> dict[str, int | None]:
-    """The check's own memory: peak resident (VmHWM) and anonymous (RssAnon) now."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmHWM", "RssAnon"):
-            fields[key] = int(value.split()[0]) * 1024
-    return {
-        "vm_hwm_bytes": fields.get("VmHWM"),
-        "rss_anon_bytes": fields.get("RssAnon"),
-    }
-
-
 def main(argv: list[str]) -> int:
     args = argparse.Namespace(**json.loads(argv[0]))
     report = check_export(args)
-    report["memory"] = _memory()
+    report["memory"] = process_memory()
     print(json.dumps(report))
     return 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from .draft import PromptRows, aux_source, check_draft, load_ours, vllm_version
 from .stubs import MLA_STUB, init_single_process, stub_mla_attention
@@ -64,12 +65,57 @@ def _speculative_config(target, draft_dir: str, k: int):  # type: ignore[no-unty
     )
 
 
+def _parsed(draft_config: Any) -> dict[str, Any]:
+    """What vLLM parsed from the export: its config class, layout and MLA fields."""
+    from speculators.models.eagle3.model_definitions import MLA_FIELDS
+
+    hf = draft_config.hf_config
+    inner_model = getattr(hf, "model", None)
+    keys: list[str] = ["vocab_size", "draft_vocab_size", "hidden_size"]
+    keys += ["target_hidden_size", "num_hidden_layers", "num_attention_heads"]
+    keys += [*MLA_FIELDS, "rope_parameters", "eagle_aux_hidden_state_layer_ids"]
+    keys += ["eagle_config", "norm_before_residual", "norm_output", "fc_norm"]
+    return {
+        "hf_config_class": type(hf).__name__,
+        "model_type": hf.model_type,
+        "wrapped_model_type": getattr(inner_model, "model_type", None),
+        "architectures": list(draft_config.architectures),
+        "architecture": draft_config.architecture,
+        "use_mla": bool(draft_config.use_mla),
+        "head_size": draft_config.get_head_size(),
+        **{key: getattr(hf, key, None) for key in keys},
+    }
+
+
+def _serve_probes(
+    target: Any, export: str, exported: dict, scratch: Path, k: int
+) -> dict[str, Any]:
+    """How vLLM takes the export served alone, and labelled ``deepseek_v3``."""
+    # `vllm serve EXPORT`: vLLM finds no draft in it (no speculators_config),
+    # so it would serve the draft itself as the model.
+    from vllm.transformers_utils.config import maybe_override_with_speculators
+
+    _, _, alone = maybe_override_with_speculators(export, None, False)
+    # The same export labelled deepseek_v3: what vLLM 0.33 does with it.
+    relabelled = scratch / "as-deepseek_v3"
+    relabelled.mkdir()
+    (relabelled / "config.json").write_text(
+        json.dumps(dict(exported, model_type="deepseek_v3"))
+    )
+    try:
+        _speculative_config(target, str(relabelled), k)
+        refused = None
+    except Exception as err:  # pydantic's ValidationError (a ValueError)
+        refused = str(err).split("Supported architectures")[0].strip()
+    return {"serve_dir_speculative": alone, "deepseek_v3_refused": refused}
+
+
 def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
+    """The native MLA export as vLLM parses and builds it; one step against ours."""
     import shutil
     import tempfile
 
     import torch
-    from speculators.models.eagle3.model_definitions import MLA_FIELDS
     from vllm.config import (
         CompilationConfig,
         CompilationMode,
@@ -91,55 +137,9 @@ def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
         # "method": "eagle3", ...}` builds for the draft.
         spec = _speculative_config(target, args.export, k)
         draft_config = spec.draft_model_config
-        hf = draft_config.hf_config
-        inner_model = getattr(hf, "model", None)
-        report["parsed"] = {
-            "hf_config_class": type(hf).__name__,
-            "model_type": hf.model_type,
-            "wrapped_model_type": getattr(inner_model, "model_type", None),
-            "architectures": list(draft_config.architectures),
-            "architecture": draft_config.architecture,
-            "use_mla": bool(draft_config.use_mla),
-            "head_size": draft_config.get_head_size(),
-            **{
-                key: getattr(hf, key, None)
-                for key in (
-                    "vocab_size",
-                    "draft_vocab_size",
-                    "hidden_size",
-                    "target_hidden_size",
-                    "num_hidden_layers",
-                    "num_attention_heads",
-                    *MLA_FIELDS,
-                    "rope_parameters",
-                    "eagle_aux_hidden_state_layer_ids",
-                    "eagle_config",
-                    "norm_before_residual",
-                    "norm_output",
-                    "fc_norm",
-                )
-            },
-        }
+        report["parsed"] = _parsed(draft_config)
         report["serve"] = {"method": spec.method, "num_speculative_tokens": k}
-        # `vllm serve EXPORT`: vLLM finds no draft in it (no speculators_config),
-        # so it would serve the draft itself as the model.
-        from vllm.transformers_utils.config import maybe_override_with_speculators
-
-        _, _, alone = maybe_override_with_speculators(args.export, None, False)
-        report["serve_dir_speculative"] = alone
-        # The same export labelled deepseek_v3: what vLLM 0.33 does with it.
-        relabelled = scratch / "as-deepseek_v3"
-        relabelled.mkdir()
-        (relabelled / "config.json").write_text(
-            json.dumps(dict(exported, model_type="deepseek_v3"))
-        )
-        try:
-            _speculative_config(target, str(relabelled), k)
-            report["deepseek_v3_refused"] = None
-        except Exception as err:  # pydantic's ValidationError (a ValueError)
-            report["deepseek_v3_refused"] = (
-                str(err).split("Supported architectures")[0].strip()
-            )
+        report.update(_serve_probes(target, args.export, exported, scratch, k))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .errors import VendorError
 from .lint import FAIL, PASS, SKIPPED, LintResult, lint
-from .pin import Unit, load_pin, load_series, patches_dir
+from .pin import Pin, Unit, load_pin, load_series, patches_dir
 from .sdist import extract, obtain
 from .status import check_unit, upstream_tip
 from .units import apply_unit, checked_git, git_env, parse_hunks, run_git
@@ -176,6 +176,80 @@ def _prepare_out(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
+def _onto_tip(
+    upstream_git: Path,
+    tip: str,
+    work: Path,
+    chain: list[Unit],
+    ident: tuple[str, str],
+    tmp: Path,
+    unit_name: str,
+) -> Path:
+    """A clone of ``upstream_git`` at ``tip`` with the chain's commits from
+    ``work`` cherry-picked onto it; a conflict names the unit and its files."""
+    repo = tmp / "clone"
+    _git(tmp, ident, "clone", "-q", str(upstream_git.resolve()), str(repo))
+    _git(repo, ident, "checkout", "-q", "-b", f"kimi/{unit_name}", tip)
+    _git(repo, ident, "fetch", "-q", str(work), "main:kimi-pin")
+    shas = _git(
+        repo, ident, "rev-list", "--reverse", f"kimi-pin~{len(chain)}..kimi-pin"
+    ).split()
+    for sha, u in zip(shas, chain, strict=True):
+        proc = subprocess.run(
+            ["git", "cherry-pick", sha],
+            cwd=repo,
+            env={
+                **git_env(repo),
+                "GIT_COMMITTER_NAME": ident[0],
+                "GIT_COMMITTER_EMAIL": ident[1],
+            },
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            files = _git(repo, ident, "diff", "--name-only", "--diff-filter=U").split()
+            _git(repo, ident, "cherry-pick", "--abort", check=False)
+            raise VendorError(
+                f"unit {u.name} does not merge onto the upstream tip "
+                f"{tip[:12]}: conflicts in {', '.join(files) or '?'}\n"
+                f"{proc.stderr.strip()}\nFix: rebase the series first "
+                "(`tools/vendor rebase`), or resolve by hand."
+            )
+    return repo
+
+
+def _lint_changed(
+    repo: Path,
+    ident: tuple[str, str],
+    base: str,
+    base_tree: Path,
+    out: Path,
+    pin: Pin,
+    *,
+    mypy: bool,
+) -> list[LintResult]:
+    """Upstream's linters on the files changed since ``base``, written to
+    ``out/LINT.txt`` with the overall verdict."""
+    changed = _git(repo, ident, "diff", "--name-only", base, "HEAD").split()
+    py = [f for f in changed if f.endswith(".py")]
+    results = lint(repo, py, base_tree, mypy=mypy)
+    if not mypy:
+        results.append(LintResult("mypy --check-untyped-defs", SKIPPED, "--no-mypy"))
+    if all(r.status == PASS for r in results):
+        overall = "pass"
+    elif any(r.status == FAIL for r in results):
+        overall = "FAIL"
+    else:
+        overall = "incomplete (a linter was skipped or is missing)"
+    (out / "LINT.txt").write_text(
+        f"Upstream linters ({pin.name} pyproject.toml settings) on the changed "
+        f"files: {', '.join(py) or 'none'}\n"
+        f"overall: {overall}\n\n" + "\n".join(r.render() for r in results)
+    )
+    return results
+
+
 def build_bundle(
     root: Path,
     unit_name: str,
@@ -213,72 +287,19 @@ def build_bundle(
         if upstream_git is not None:
             base_tree = Path(tmp) / "tip"
             tip = upstream_tip(upstream_git, base_tree)
-            repo = Path(tmp) / "clone"
-            _git(
-                Path(tmp), ident, "clone", "-q", str(upstream_git.resolve()), str(repo)
+            repo = _onto_tip(
+                upstream_git, tip, work, chain, ident, Path(tmp), unit_name
             )
-            _git(repo, ident, "checkout", "-q", "-b", f"kimi/{unit_name}", tip)
-            _git(repo, ident, "fetch", "-q", str(work), "main:kimi-pin")
-            shas = _git(
-                repo,
-                ident,
-                "rev-list",
-                "--reverse",
-                "kimi-pin~" + str(len(chain)) + "..kimi-pin",
-            ).split()
-            for sha, u in zip(shas, chain, strict=True):
-                proc = subprocess.run(
-                    ["git", "cherry-pick", sha],
-                    cwd=repo,
-                    env={
-                        **git_env(repo),
-                        "GIT_COMMITTER_NAME": ident[0],
-                        "GIT_COMMITTER_EMAIL": ident[1],
-                    },
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                if proc.returncode != 0:
-                    files = _git(
-                        repo, ident, "diff", "--name-only", "--diff-filter=U"
-                    ).split()
-                    _git(repo, ident, "cherry-pick", "--abort", check=False)
-                    raise VendorError(
-                        f"unit {u.name} does not merge onto the upstream tip "
-                        f"{tip[:12]}: conflicts in {', '.join(files) or '?'}\n"
-                        f"{proc.stderr.strip()}\nFix: rebase the series first "
-                        "(`tools/vendor rebase`), or resolve by hand."
-                    )
             base = tip
             base_desc = f"upstream commit {tip} (the tip of {upstream_git})"
         else:
             base = _git(repo, ident, "rev-list", "--max-parents=0", "HEAD").strip()
         _prepare_out(out)
-        patches = _git(
+        _git(
             repo, ident, "format-patch", "-q", "-o", str(out.resolve()), f"{base}..HEAD"
         )
-        del patches
-        changed = _git(repo, ident, "diff", "--name-only", base, "HEAD").split()
-        py = [f for f in changed if f.endswith(".py")]
-        results = lint(repo, py, base_tree, mypy=mypy)
-        if not mypy:
-            results.append(
-                LintResult("mypy --check-untyped-defs", SKIPPED, "--no-mypy")
-            )
+        results = _lint_changed(repo, ident, base, base_tree, out, pin, mypy=mypy)
         lint_ok = all(r.status == PASS for r in results)
-        overall = (
-            "pass"
-            if lint_ok
-            else "FAIL"
-            if any(r.status == FAIL for r in results)
-            else "incomplete (a linter was skipped or is missing)"
-        )
-        (out / "LINT.txt").write_text(
-            f"Upstream linters ({pin.name} pyproject.toml settings) on the changed "
-            f"files: {', '.join(py) or 'none'}\n"
-            f"overall: {overall}\n\n" + "\n".join(r.render() for r in results)
-        )
     (out / "PR_BODY.md").write_text(pr_body(target, chain, lint_ok))
     (out / "COMMANDS.md").write_text(commands(root, target, out, title, base_desc))
     deps = [u.name for u in chain if u is not target]

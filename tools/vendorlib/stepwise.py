@@ -30,7 +30,7 @@ from pathlib import Path
 from .dropin.compare import Comparison
 from .dropin.compare import report as dropin_report
 from .errors import VendorError
-from .pin import Unit, load_pin, load_series
+from .pin import Pin, Unit, load_pin, load_series
 from .pytest_run import PytestReport, TreeRun, run_pytest_forked, tree_env
 from .sdist import extract, obtain
 from .units import apply_unit
@@ -378,6 +378,79 @@ def prepare_trees(
     return trees, None
 
 
+def _scratch_outside_git() -> Path:
+    """A scratch folder for the trees, refused inside a git repository."""
+    scratch = Path(tempfile.mkdtemp(prefix="vendor-test-series-"))
+    repo = enclosing_git(scratch)
+    if repo is not None:
+        shutil.rmtree(scratch)
+        raise VendorError(
+            f"{scratch} lies inside the git repository {repo}; upstream's provenance "
+            "code would write sidecars there. Set TMPDIR to a folder outside any "
+            "git repository."
+        )
+    return scratch
+
+
+def _same_as_installed(
+    python: str, scratch: Path, last: tuple[Unit, Path, str]
+) -> UnitReport | None:
+    """The last tree's report when the installed package is that tree (it is
+    tested by the suite and the test command already); else None."""
+    installed = installed_package(python, scratch)
+    if installed is None or not same_package(installed, last[1]):
+        return None
+    return UnitReport(
+        last[0].name,
+        str(installed / "__init__.py"),
+        None,
+        OwnResult([]),
+        0.0,
+        skipped=f"= the installed package {installed}: not tested twice",
+    )
+
+
+def _summarize(
+    reports: list[UnitReport],
+    units: list[Unit],
+    wanted: set[str],
+    broken: tuple[str, str] | None,
+    total: float,
+    pin: Pin,
+    json_out: Path | None,
+) -> int:
+    """Print the problems and the verdict line, write ``json_out``; exit code."""
+    order = {u.name: i for i, u in enumerate(units)}
+    reports.sort(key=lambda r: order[r.unit])
+    bad = [r.unit for r in reports if not r.ok]
+    for r in reports:
+        for p in _problems(r):
+            print(f"problem: {p}")
+    tested = len(reports)
+    if broken is not None:
+        name, why = broken
+        bad.append(name)
+        tested += 1
+        later = [u.name for u in units[order[name] + 1 :] if u.name in wanted]
+        print(f"problem: {name}: does not apply after the units before it:\n{why}")
+        if later:
+            print(f"problem: not tested (an earlier unit does not apply): {later}")
+    print(
+        f"test-series: {tested - len(bad)}/{tested} units pass"
+        + (f"; failing: {', '.join(bad)}" if bad else "")
+        + f" ({total:.0f} s)"
+    )
+    if json_out is not None:
+        data = {
+            "upstream": f"{pin.name} {pin.version}",
+            "seconds": round(total, 1),
+            "units": [{**asdict(r), "ok": r.ok} for r in reports],
+            "does_not_apply": broken and {"unit": broken[0], "why": broken[1]},
+        }
+        json_out.write_text(json.dumps(data, indent=2) + "\n")
+    return 1 if bad else 0
+
+
 def run_series(
     root: Path,
     python: str,
@@ -405,15 +478,7 @@ def run_series(
     pin = load_pin(root)
     units = load_series(root)
     wanted = select_units(units, units_arg)
-    scratch = Path(tempfile.mkdtemp(prefix="vendor-test-series-"))
-    repo = enclosing_git(scratch)
-    if repo is not None:
-        shutil.rmtree(scratch)
-        raise VendorError(
-            f"{scratch} lies inside the git repository {repo}; upstream's provenance "
-            "code would write sidecars there. Set TMPDIR to a folder outside any "
-            "git repository."
-        )
+    scratch = _scratch_outside_git()
     reports: list[UnitReport] = []
     start = time.monotonic()
     try:
@@ -427,19 +492,11 @@ def run_series(
             flush=True,
         )
         if skip_installed and trees and trees[-1][0] is units[-1] and not broken:
-            installed = installed_package(python, scratch)
-            if installed is not None and same_package(installed, trees[-1][1]):
-                unit, _, where = trees.pop()
-                report = UnitReport(
-                    unit.name,
-                    str(installed / "__init__.py"),
-                    None,
-                    OwnResult([]),
-                    0.0,
-                    skipped=f"= the installed package {installed}: not tested twice",
-                )
-                reports.append(report)
-                print(_line(report), flush=True)
+            skipped = _same_as_installed(python, scratch, trees[-1])
+            if skipped is not None:
+                trees.pop()
+                reports.append(skipped)
+                print(_line(skipped), flush=True)
         checked: dict[str, Comparison] = {}
         if dropin and trees:
             from .dropin.check import run_series_dropin
@@ -489,33 +546,6 @@ def run_series(
             print(f"trees kept under {scratch}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
-    total = time.monotonic() - start
-    order = {u.name: i for i, u in enumerate(units)}
-    reports.sort(key=lambda r: order[r.unit])
-    bad = [r.unit for r in reports if not r.ok]
-    for r in reports:
-        for p in _problems(r):
-            print(f"problem: {p}")
-    tested = len(reports)
-    if broken is not None:
-        name, why = broken
-        bad.append(name)
-        tested += 1
-        later = [u.name for u in units[order[name] + 1 :] if u.name in wanted]
-        print(f"problem: {name}: does not apply after the units before it:\n{why}")
-        if later:
-            print(f"problem: not tested (an earlier unit does not apply): {later}")
-    print(
-        f"test-series: {tested - len(bad)}/{tested} units pass"
-        + (f"; failing: {', '.join(bad)}" if bad else "")
-        + f" ({total:.0f} s)"
+    return _summarize(
+        reports, units, wanted, broken, time.monotonic() - start, pin, json_out
     )
-    if json_out is not None:
-        data = {
-            "upstream": f"{pin.name} {pin.version}",
-            "seconds": round(total, 1),
-            "units": [{**asdict(r), "ok": r.ok} for r in reports],
-            "does_not_apply": broken and {"unit": broken[0], "why": broken[1]},
-        }
-        json_out.write_text(json.dumps(data, indent=2) + "\n")
-    return 1 if bad else 0
