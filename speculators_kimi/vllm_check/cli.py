@@ -9,12 +9,14 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..cli_args import add_json_argument, emit_report
+from ..cli_args import add_json_argument, call_with_args, emit_report
 from ..errors import CommandError
 from .env import VLLM_VERSION, VLLM_VERSIONS, default_env, ensure_env
+from .request import CheckRequest
 
 __all__ = ["add_arguments", "format_report", "run"]
 
@@ -81,11 +83,11 @@ def run(args: argparse.Namespace) -> int:
         check_decoder_fits(args.verifier)
     version = args.vllm_version
     python = ensure_env(args.env or default_env(version), version)
-    parsed = {k: v for k, v in vars(args).items() if k != "func"}
+    request = call_with_args(CheckRequest, args)
     inner = [str(python), "-m", "speculators_kimi.vllm_check.inner"]
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [*inner, json.dumps(parsed, default=str)],
+        [*inner, json.dumps(asdict(request))],
         env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"),
         capture_output=True,
         text=True,

@@ -3,6 +3,7 @@ and one draft step compared with ours."""
 
 from __future__ import annotations
 
+from .request import CheckRequest
 from .stubs import init_single_process
 
 __all__ = [
@@ -27,7 +28,7 @@ def vllm_version() -> str:
     return str(vllm.__version__)
 
 
-def load_ours(args):  # type: ignore[no-untyped-def]
+def load_ours(request: CheckRequest):  # type: ignore[no-untyped-def]
     """Our draft in the dtype it was saved in (mapped from the file, so nearly
     no anonymous memory), without the frozen verifier head only training's loss
     reads (0.9 GB at Kimi-K2.5 size). :func:`compare_step` upcasts what the
@@ -36,7 +37,7 @@ def load_ours(args):  # type: ignore[no-untyped-def]
 
     from speculators_kimi.evaluate import load_draft
 
-    ours = load_draft(args.checkpoint, None, args.verifier)
+    ours = load_draft(request.checkpoint, None, request.verifier)
     del ours.verifier_lm_head
     gc.collect()
     return ours
@@ -102,10 +103,10 @@ class SyntheticAux:
         return torch.randn(len(prompt), self.width, generator=gen)
 
 
-def aux_source(args, layer_ids: list[int]):  # type: ignore[no-untyped-def]
+def aux_source(request: CheckRequest, layer_ids: list[int]):  # type: ignore[no-untyped-def]
     """The aux states the check feeds both drafts (``--synthetic-aux-states``)."""
-    cls = SyntheticAux if args.synthetic_aux_states else VerifierAux
-    return cls(args.verifier, list(layer_ids))
+    cls = SyntheticAux if request.synthetic_aux_states else VerifierAux
+    return cls(request.verifier, list(layer_ids))
 
 
 def export_tensors(export: str):  # type: ignore[no-untyped-def]
@@ -273,7 +274,7 @@ def compare_step(ours, rows: PromptRows, aux, theirs, vocab: int) -> dict:  # ty
     }
 
 
-def check_draft(build, args, ours, source, rows: PromptRows) -> dict:  # type: ignore[no-untyped-def]
+def check_draft(build, request: CheckRequest, ours, source, rows: PromptRows) -> dict:  # type: ignore[no-untyped-def]
     """vLLM's draft from ``build()`` (``(draft, config, report)``) loaded and
     stepped, then released before ours is upcast and stepped on the same inputs:
     the two float32 drafts are never resident together (4.8 GB each at
@@ -281,7 +282,7 @@ def check_draft(build, args, ours, source, rows: PromptRows) -> dict:  # type: i
     import gc
 
     draft, config, report = build()
-    report.update(load_and_check(draft, config, args.export, rows))
+    report.update(load_and_check(draft, config, request.export, rows))
     aux = source.states(rows.prompt)
     theirs = vllm_step(draft, config, rows, aux)
     # vLLM's config holds its layers (the static forward context): drop both.

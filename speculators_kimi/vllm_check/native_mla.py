@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
 
 from .draft import PromptRows, aux_source, check_draft, load_ours, vllm_version
+from .request import CheckRequest
 from .stubs import MLA_STUB, init_single_process, stub_mla_attention
 
 __all__ = ["check_native_mla"]
@@ -110,7 +110,7 @@ def _serve_probes(
     return {"serve_dir_speculative": alone, "deepseek_v3_refused": refused}
 
 
-def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
+def check_native_mla(request: CheckRequest, exported: dict) -> dict:
     """The native MLA export as vLLM parses and builds it; one step against ours."""
     import shutil
     import tempfile
@@ -129,23 +129,23 @@ def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
     report: dict = {"vllm": vllm_version(), "layout": "native"}
     scratch = Path(tempfile.mkdtemp(prefix="vllm-check-"))
     try:
-        target_dir, stand_in = _text_target(args.verifier, scratch / "target")
-        report["target_config"] = stand_in or args.verifier
+        target_dir, stand_in = _text_target(request.verifier, scratch / "target")
+        report["target_config"] = stand_in or request.verifier
         target = ModelConfig(model=target_dir, dtype="float32")
-        k = int(args.num_speculative_tokens)
+        k = int(request.num_speculative_tokens)
         # What `vllm serve VERIFIER --speculative-config {"model": EXPORT,
         # "method": "eagle3", ...}` builds for the draft.
-        spec = _speculative_config(target, args.export, k)
+        spec = _speculative_config(target, request.export, k)
         draft_config = spec.draft_model_config
         report["parsed"] = _parsed(draft_config)
         report["serve"] = {"method": spec.method, "num_speculative_tokens": k}
-        report.update(_serve_probes(target, args.export, exported, scratch, k))
+        report.update(_serve_probes(target, request.export, exported, scratch, k))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    ours = load_ours(args)
-    source = aux_source(args, ours.target_layer_ids)
-    rows = PromptRows(ours, source.vocab_size, args.tokens)
+    ours = load_ours(request)
+    source = aux_source(request, ours.target_layer_ids)
+    rows = PromptRows(ours, source.vocab_size, request.tokens)
     report["aux_states"] = type(source).__name__
     stub_mla_attention()
     report["stubbed"] = MLA_STUB
@@ -172,5 +172,5 @@ def check_native_mla(args: argparse.Namespace, exported: dict) -> dict:
         module = f"{cls.__module__}.{cls.__qualname__}"
         return draft, config, {"draft_class": arch, "draft_module": module}
 
-    report.update(check_draft(build, args, ours, source, rows))
+    report.update(check_draft(build, request, ours, source, rows))
     return report

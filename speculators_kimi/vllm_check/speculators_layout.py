@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 from .draft import (
     PromptRows,
     aux_source,
@@ -12,18 +10,19 @@ from .draft import (
     load_ours,
     vllm_version,
 )
+from .request import CheckRequest
 from .stubs import stub_attention
 
 __all__ = ["check_speculators_layout"]
 
 
-def check_speculators_layout(args: argparse.Namespace) -> dict:
+def check_speculators_layout(request: CheckRequest) -> dict:
     import torch
     from vllm.transformers_utils.config import maybe_override_with_speculators
     from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
 
     report: dict = {"vllm": vllm_version(), "layout": "speculators"}
-    hf_config = SpeculatorsConfig.from_pretrained(args.export)
+    hf_config = SpeculatorsConfig.from_pretrained(request.export)
     report["parsed"] = {
         key: getattr(hf_config, key, None)
         for key in (
@@ -43,17 +42,19 @@ def check_speculators_layout(args: argparse.Namespace) -> dict:
             "fc_norm",
         )
     }
-    model, tokenizer, spec = maybe_override_with_speculators(args.export, None, False)
+    model, tokenizer, spec = maybe_override_with_speculators(
+        request.export, None, False
+    )
     report["serve"] = {"model": model, "tokenizer": tokenizer, "speculative": spec}
     try:
-        maybe_override_with_speculators(args.checkpoint, None, False)
+        maybe_override_with_speculators(request.checkpoint, None, False)
         report["checkpoint_refused"] = None
     except ValueError as err:
         report["checkpoint_refused"] = str(err)
 
-    ours = load_ours(args)
-    source = aux_source(args, ours.target_layer_ids)
-    rows = PromptRows(ours, source.vocab_size, args.tokens)
+    ours = load_ours(request)
+    source = aux_source(request, ours.target_layer_ids)
+    rows = PromptRows(ours, source.vocab_size, request.tokens)
     report["aux_states"] = type(source).__name__
     stub_attention()
     report["stubbed"] = "vllm.model_executor.models.llama.Attention -> causal SDPA"
@@ -65,5 +66,5 @@ def check_speculators_layout(args: argparse.Namespace) -> dict:
         )
         return draft, config, {"draft_class": arch}
 
-    report.update(check_draft(build, args, ours, source, rows))
+    report.update(check_draft(build, request, ours, source, rows))
     return report
