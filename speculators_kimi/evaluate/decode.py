@@ -7,7 +7,9 @@ standard rejection sampling (accept ``t`` with ``min(1, p(t)/q(t))``, else sampl
 ``max(p - q, 0)``; all accepted: sample the bonus from ``p``), so the output
 follows the verifier's own distribution. A round emits the accepted tokens plus
 one from the verifier: its acceptance length. Both caches are cropped to the
-committed tokens after each round; nothing before them is recomputed.
+committed tokens after each round; nothing before them is recomputed. A hybrid
+verifier's recurrent layers cannot be cropped: they are restored and the accepted
+tokens run again (:mod:`speculators_kimi.verifier.cache`), one more forward.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
 
+from ..verifier.cache import mark, rewind, verifier_cache
 from ..verifier.causal import CausalVerifier
 from ..verifier.greedy import finished
 from .draft import DraftRunner
@@ -135,7 +137,7 @@ def speculative_generate(
 ) -> PromptResult:
     """Decode ``prompt`` with the draft proposing and the verifier checking."""
     gen = generator or torch.Generator().manual_seed(0)
-    v_cache = DynamicCache()
+    v_cache = verifier_cache(verifier.decoder)
     drafter.reset()
     start = verifier.forwards
     logits, aux = verifier.forward(prompt, v_cache)
@@ -159,14 +161,19 @@ def speculative_generate(
             temperature,
             gen,
         )
+        before = mark(v_cache, length)
         logits, aux_new = verifier.forward([context[-1], *proposed], v_cache)
         m, next_token = _verify(proposed, dists, logits, temperature, gen)
         result.accepted.append(m)
         result.context_lengths.append(len(context))
         emitted = [*proposed[:m], next_token]
-        extra = v_cache.get_seq_length() - (length + m + 1)
-        if extra > 0:  # the rejected draft tokens
-            v_cache.crop(-extra)
+        if m < len(proposed):  # the rejected draft tokens leave the cache
+            rewind(
+                v_cache,
+                before,
+                [context[-1], *proposed[:m]],
+                lambda kept: verifier.forward(kept, v_cache),
+            )
         drafter.crop(length)
         committed, aux = length, aux_new[: m + 1]
         context += emitted
@@ -182,7 +189,7 @@ def greedy_generate(
     verifier: CausalVerifier, prompt: Sequence[int], *, max_new_tokens: int
 ) -> PromptResult:
     """The verifier's own greedy decoding (one token per forward, KV cache)."""
-    cache = DynamicCache()
+    cache = verifier_cache(verifier.decoder)
     start = verifier.forwards
     logits, _ = verifier.forward(prompt, cache)
     tokens: list[int] = []

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import DynamicCache
+
+from .cache import verifier_cache
 
 if TYPE_CHECKING:
     from .causal import CausalVerifier
@@ -46,7 +47,7 @@ def greedy_generate_batch(
     for row, prompt in enumerate(prompts):
         ids[row, width - len(prompt) :] = torch.tensor(list(prompt))
         mask[row, width - len(prompt) :] = 1
-    cache = DynamicCache()
+    cache = verifier_cache(verifier.decoder)
     outputs: list[list[int]] = [[] for _ in prompts]
     active = list(range(len(prompts)))
     step_ids = ids

@@ -77,9 +77,9 @@ class VerifierAux:
         self.num_hidden_layers = int(self.verifier.text_config.num_hidden_layers)
 
     def states(self, prompt: list[int]):  # type: ignore[no-untyped-def]
-        from transformers import DynamicCache
+        from speculators_kimi.verifier.cache import verifier_cache
 
-        return self.verifier.forward(prompt, DynamicCache())[1]
+        return self.verifier.forward(prompt, verifier_cache(self.verifier.decoder))[1]
 
 
 class SyntheticAux:
