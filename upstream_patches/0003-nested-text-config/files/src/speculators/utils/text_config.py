@@ -129,7 +129,11 @@ def load_config_dict(
         config_dict = json.load(file)
     if not isinstance(config_dict, dict):
         raise ValueError(f"{config_file} does not hold a JSON object.")
-    return config_dict
+    # JSON has no Infinity or NaN: transformers writes them as
+    # {"__float__": "Infinity"} (Nemotron-H's time_step_limit) and decodes them
+    # when it reads a config, as we do here.
+    decode = getattr(PretrainedConfig, "_decode_special_floats", None)
+    return decode(config_dict) if decode is not None else config_dict
 
 
 def _get(node: PretrainedConfig | dict[str, Any], key: str) -> Any:

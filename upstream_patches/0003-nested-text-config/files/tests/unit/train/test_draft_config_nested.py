@@ -125,3 +125,18 @@ def test_ambiguous_verifier_fails_with_candidates(tmp_path: Path):
     )
     with pytest.raises(ValueError, match="'lm_a'.*'lm_b'"):
         _build(path)
+
+
+def test_nemotron_h_activation_and_saved_config(tmp_path: Path):
+    # Nemotron-H names its activation mlp_hidden_act, and its saved config holds
+    # an encoded Infinity (time_step_limit) that must be read back as a float.
+    transformers = pytest.importorskip("transformers")
+    config_class = getattr(transformers, "NemotronHConfig", None)
+    if config_class is None:
+        pytest.skip("this transformers has no Nemotron-H")
+    config_class(
+        **verifiers.dense_text(intermediate_size=96), mlp_hidden_act="relu2"
+    ).save_pretrained(tmp_path)
+    draft = _build(tmp_path)
+    assert draft.hidden_act == "relu2"
+    assert draft.hidden_size == verifiers.HIDDEN

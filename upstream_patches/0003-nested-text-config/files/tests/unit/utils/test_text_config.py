@@ -206,3 +206,18 @@ def test_converter_vocab_lookup_prefers_text_config(tmp_path: Path):
     # text config is the verifier's.
     assert text_config_dict(raw)["vocab_size"] == verifiers.VOCAB
     assert raw["talker_config"]["vocab_size"] != verifiers.VOCAB
+
+
+def test_non_finite_floats_are_decoded(tmp_path: Path):
+    # JSON has no Infinity: transformers writes Nemotron-H's time_step_limit
+    # (0.0, inf) as [0.0, {"__float__": "Infinity"}] and decodes it on reading.
+    transformers = pytest.importorskip("transformers")
+    config_class = getattr(transformers, "NemotronHConfig", None)
+    if config_class is None:
+        pytest.skip("this transformers has no Nemotron-H")
+    config_class(vocab_size=verifiers.VOCAB).save_pretrained(tmp_path)
+    assert '"__float__": "Infinity"' in (tmp_path / "config.json").read_text()
+    assert load_config_dict(tmp_path)["time_step_limit"][1] == float("inf")
+    text = load_text_config(tmp_path)
+    assert text.model_type == "nemotron_h"
+    assert text.time_step_limit[1] == float("inf")

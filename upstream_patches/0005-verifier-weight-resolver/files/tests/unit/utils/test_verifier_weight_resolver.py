@@ -157,3 +157,21 @@ def test_error_blames_a_defaulted_size_not_the_weights(tmp_path):
     )
     assert "add the value the weights have" in message
     assert "Check that the text config matches" not in message
+
+
+def test_hyper_connection_verifier_is_refused_with_its_reason(tmp_path):
+    # DeepSeek-V4: hc_mult streams per layer, mixed by hc_head before the final
+    # norm and head.weight. Refused from its config, before any weight is read.
+    transformers = pytest.importorskip("transformers")
+    config_class = getattr(transformers, "DeepseekV4Config", None)
+    if config_class is None:
+        pytest.skip("this transformers has no DeepSeek-V4")
+    config_class(
+        vocab_size=verifiers.VOCAB, hidden_size=verifiers.HIDDEN, hc_mult=2
+    ).save_pretrained(tmp_path)
+    with pytest.raises(VerifierWeightsError) as info:
+        resolve_verifier_weights(tmp_path)
+    message = str(info.value)
+    assert "deepseek_v4" in message
+    assert "hc_mult=2 hyper-connection streams" in message
+    assert "head.weight" in message

@@ -3,7 +3,10 @@
 import pytest
 import torch
 
-from speculators.models.utils import resolve_verifier_norm_class
+from speculators.models.utils import (
+    GEMMA_STYLE_FINAL_NORM_MODEL_TYPES,
+    resolve_verifier_norm_class,
+)
 from speculators.utils.verifier_weights import (
     load_verifier_tensors,
     resolve_verifier_weights,
@@ -65,3 +68,40 @@ def test_norm_bias_not_saved_and_reloaded_from_verifier(zoo, tmp_path):
     model.save_pretrained(tmp_path / "ckpt")
     reloaded = type(model).from_pretrained(tmp_path / "ckpt")
     assert torch.equal(reloaded.verifier_norm.bias, entry.final_norm.bias)
+
+
+# The final-norm class each listed family's transformers model applies, probed:
+# with a zero weight, x * w is 0 and x * (1 + w) is the normalized x.
+FINAL_NORM_CLASSES = {
+    "gemma": ("gemma", "GemmaRMSNorm"),
+    "gemma2": ("gemma2", "Gemma2RMSNorm"),
+    "gemma3_text": ("gemma3", "Gemma3RMSNorm"),
+    "qwen3_5_text": ("qwen3_5", "Qwen3_5RMSNorm"),
+    "qwen3_5_moe_text": ("qwen3_5_moe", "Qwen3_5MoeRMSNorm"),
+    "qwen3_next": ("qwen3_next", "Qwen3NextRMSNorm"),
+    "recurrent_gemma": ("recurrent_gemma", "RecurrentGemmaRMSNorm"),
+    "vaultgemma": ("vaultgemma", "VaultGemmaRMSNorm"),
+    "llama": ("llama", "LlamaRMSNorm"),
+    "qwen3": ("qwen3", "Qwen3RMSNorm"),
+    "deepseek_v3": ("deepseek_v3", "DeepseekV3RMSNorm"),
+    "nemotron_h": ("nemotron_h", "NemotronHRMSNorm"),
+    "kimi_linear": ("kimi_linear", "KimiLinearRMSNorm"),
+}
+
+
+@pytest.mark.parametrize("model_type", list(FINAL_NORM_CLASSES))
+def test_gemma_style_list_matches_transformers_norms(model_type):
+    module, name = FINAL_NORM_CLASSES[model_type]
+    norm_class = getattr(
+        pytest.importorskip(f"transformers.models.{module}.modeling_{module}"),
+        name,
+        None,
+    )
+    if norm_class is None:
+        pytest.skip(f"this transformers has no {name}")
+    norm = norm_class(verifiers.HIDDEN)
+    with torch.no_grad():
+        norm.weight.zero_()
+        out = norm(torch.randn(3, verifiers.HIDDEN) + 1.0)
+    adds_one = bool(out.abs().sum() > 0)
+    assert adds_one == (model_type in GEMMA_STYLE_FINAL_NORM_MODEL_TYPES)

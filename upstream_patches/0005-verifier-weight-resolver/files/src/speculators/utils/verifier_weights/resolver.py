@@ -190,6 +190,20 @@ def _check_head_dtype(head: TensorInfo) -> None:
         )
 
 
+def _hyper_connections(source: str, text_config: PretrainedConfig, streams: int) -> str:
+    """Why a hyper-connection verifier (DeepSeek-V4) cannot train an EAGLE-3 draft."""
+    model_type = getattr(text_config, "model_type", "?")
+    return (
+        f"{source} ({model_type}) cannot be an EAGLE-3 verifier: each of its "
+        f"layers carries hc_mult={streams} hyper-connection streams instead of one "
+        "hidden state, and only its hc_head mixes them into one, after the last "
+        "layer, before the final norm and the output head (head.weight). An "
+        "EAGLE-3 draft trains on one hidden state per aux layer and predicts "
+        "through the verifier's final norm and head applied to one hidden state: "
+        "this verifier has no such state to capture."
+    )
+
+
 def resolve_verifier_weights(  # noqa: C901
     name_or_path: str | Path,
     *,
@@ -232,6 +246,9 @@ def resolve_verifier_weights(  # noqa: C901
             f"The text config of {source} lacks vocab_size / hidden_size / "
             "num_hidden_layers; cannot identify the verifier's weights."
         )
+    streams = _int(text_config, "hc_mult")
+    if streams is not None and streams > 1:
+        raise VerifierWeightsError(_hyper_connections(source, text_config, streams))
     weight_map = read_weight_index(name_or_path, revision)
     headers = TensorHeaders(name_or_path, weight_map, revision)
     expected = (vocab, hidden)
