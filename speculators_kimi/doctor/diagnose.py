@@ -59,7 +59,13 @@ def _problem_for(err: Exception) -> Problem:
             "--verifier-embed-key / --verifier-head-key / --verifier-norm-key, or "
             "repair/re-download the checkpoint."
         )
-        if "packed" in text or "quantized" in text:
+        if "hyper-connection" in text:
+            fix = (
+                "No flag fixes this: this verifier cannot train an EAGLE-3 draft. "
+                "Use a speculative method its serving engine supports for it, such "
+                "as its own MTP layers where its config has num_nextn_predict_layers."
+            )
+        elif "packed" in text or "quantized" in text:
             fix = "Use an unquantized or FP8 block-scaled checkpoint of the model."
         elif "missing" in text or "Corrupt" in text or "Truncated" in text:
             fix = "Re-download the checkpoint (a shard is missing or damaged)."

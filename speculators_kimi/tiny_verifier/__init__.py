@@ -11,7 +11,8 @@ defined once:
 * Families, each written the way it ships on the Hub and returned with the model
   it was written from (:class:`TinyCheckpoint`): :mod:`.dense` (Llama, Qwen3 tied,
   GPT-NeoX, Falcon), :mod:`.multimodal` (Gemma-3, Qwen2.5-VL, Llama-4,
-  Qwen2.5-Omni), :mod:`.kimi` (Kimi-K2.5 and its variants, DeepSeek-V3 with MTP).
+  Qwen2.5-Omni), :mod:`.kimi` (Kimi-K2.5 and its variants, DeepSeek-V3 with MTP),
+  :mod:`.hybrid` (Qwen3.5, Qwen3.5-MoE, Kimi-Linear, Nemotron-H; DeepSeek-V4).
 * :mod:`.dataset`: a synthetic offline EAGLE-3 dataset (rendered by
   ``speculators prepare-data``; :mod:`speculators_kimi.datagen.fixture` adds the
   hidden states); :mod:`.train`: the ``speculators train`` command line, the one
@@ -51,6 +52,7 @@ from .dataset import (
     write_conversations,
 )
 from .dense import build_verifier, falcon, gpt_neox, llama, qwen3_tied
+from .hybrid import deepseek_v4, kimi_linear, nemotron_h, qwen3_5, qwen3_5_moe
 from .kimi import (
     DECODER_PREFIX,
     HEAD_KEY,
@@ -81,6 +83,7 @@ __all__ = [
     "build_tokenizer",
     "build_verifier",
     "deepseek_v3_mtp",
+    "deepseek_v4",
     "default_target_layer_ids",
     "dense_text",
     "falcon",
@@ -89,14 +92,18 @@ __all__ = [
     "gpt_neox",
     "kimi_k25",
     "kimi_k25_config",
+    "kimi_linear",
     "llama",
     "llama4",
     "mla_text",
+    "nemotron_h",
     "perturb_norms",
     "prepare_data",
     "prepare_synthetic_data",
     "qwen2_5_omni",
     "qwen2_5_vl",
+    "qwen3_5",
+    "qwen3_5_moe",
     "qwen3_tied",
     "remote_code",
     "resolve_target_layer_ids",

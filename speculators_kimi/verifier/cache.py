@@ -87,7 +87,7 @@ def rewind(
     for i, layer in enumerate(cache.layers):
         if i in before.saved:
             cache.layers[i] = before.saved[i]
-        else:  # a plain attention layer: crop it to where the mark was taken
+        elif isinstance(layer, DynamicLayer):  # crop to where the mark was taken
             extra = layer.get_seq_length() - before.length
             if extra > 0:
                 layer.crop(-extra)

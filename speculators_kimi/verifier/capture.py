@@ -107,6 +107,15 @@ class AuxCapture:
             on different devices); default: the first aux layer's device.
         """
         states = [self.captured[i] for i in [*self.layer_ids, _FINAL]]
+        for key, hs in zip([*self.layer_ids, "the final norm"], states, strict=True):
+            if hs.dim() != 3 or hs.shape != states[0].shape:
+                raise ValueError(
+                    f"the input of layer {key} has shape {tuple(hs.shape)}, not "
+                    f"[batch, seq, hidden] like layer {self.layer_ids[0]}'s "
+                    f"{tuple(states[0].shape)}: EAGLE-3 needs one hidden state per "
+                    "aux layer (a verifier with several residual streams per "
+                    "layer, such as DeepSeek-V4's hyper-connections, has none)"
+                )
         target = states[0].device if device is None else device
         return torch.stack([hs.to(target) for hs in states], dim=2)
 

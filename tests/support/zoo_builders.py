@@ -19,7 +19,7 @@ from speculators_kimi import tiny_verifier as tiny
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["BUILDERS", "Member", "kimi_k25_sharded", "member"]
+__all__ = ["BUILDERS", "HYBRIDS", "Member", "kimi_k25_sharded", "member"]
 
 
 @dataclass
@@ -78,4 +78,12 @@ BUILDERS: dict[str, Callable[[Path], Member]] = {
     # Code in the checkpoint (auto_map) that training must not import.
     "kimi-k25-remote": _of(_kimi(21, remote=True)),
     "kimi-k25-sharded": kimi_k25_sharded,
+    # Hybrids: linear-attention or Mamba layers beside attention ones.
+    "qwen3.5": _of(tiny.qwen3_5),
+    "qwen3.5-moe": _of(tiny.qwen3_5_moe),
+    "kimi-linear": _of(tiny.kimi_linear),
+    "nemotron-h": _of(tiny.nemotron_h),
 }
+
+#: The zoo's hybrid members (``evaluate`` rolls their recurrent state back).
+HYBRIDS = ("qwen3.5", "qwen3.5-moe", "kimi-linear", "nemotron-h")

@@ -30,8 +30,7 @@ import pytest
 import torch
 from datasets import Dataset
 from helpers import BIN, run
-from transformers import DynamicCache
-from zoo_builders import BUILDERS, Member
+from zoo_builders import BUILDERS, HYBRIDS, Member
 
 from speculators_kimi import tiny_verifier as tiny
 from speculators_kimi.datagen import (
@@ -206,6 +205,7 @@ THROUGH_THE_CLI = ("llama", "kimi-k25")
         "kimi-k25-remote",
         "kimi-k25-sharded",
         *LAYERNORM_FAMILY,
+        *HYBRIDS,
     ],
 )
 def test_zoo_member_trains(member, tmp_path):
@@ -290,12 +290,13 @@ def _check_evaluate(zoo: Member, ckpt: Path, data: Path) -> None:
     member's own logits (real transformers class), and speculative decoding with
     the trained draft is lossless."""
     from speculators_kimi.evaluate import dataset_prompts, load_session
+    from speculators_kimi.verifier.cache import verifier_cache
 
     session = load_session(ckpt, zoo.path, dtype="float32", device="cpu")
     prompts = dataset_prompts(data, split="all")[:2]
     assert zoo.model is not None
     ids = prompts[0].token_ids
-    logits, _ = session.verifier.forward(ids, DynamicCache())
+    logits, _ = session.verifier.forward(ids, verifier_cache(session.verifier.decoder))
     with torch.no_grad():
         want = zoo.model(input_ids=torch.tensor([ids])).logits[0].float()
     torch.testing.assert_close(logits, want, rtol=1e-4, atol=1e-4)
@@ -304,3 +305,4 @@ def _check_evaluate(zoo: Member, ckpt: Path, data: Path) -> None:
     )
     assert report.lossless, report
     assert 0 < report.num_generated_tokens <= 16
+    assert report.mean_acceptance_length >= 1.0
