@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+import transformers
 from transformers import (
     DeepseekV3Config,
     Gemma3Config,
@@ -39,12 +41,18 @@ DENSE = Expected(HIDDEN, VOCAB, LAYERS, HEADS, KV_HEADS, HIDDEN // HEADS)
 MLA = Expected(HIDDEN, VOCAB, LAYERS, HEADS, HEADS, 32)
 
 
+#: The geometry every mock text config shares.
+SIZES: dict[str, int] = {
+    "hidden_size": HIDDEN,
+    "vocab_size": VOCAB,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": HEADS,
+}
+
+
 def dense_text(**overrides: Any) -> dict[str, Any]:
     values: dict[str, Any] = {
-        "hidden_size": HIDDEN,
-        "vocab_size": VOCAB,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
+        **SIZES,
         "num_key_value_heads": KV_HEADS,
         "intermediate_size": 128,
         "max_position_embeddings": 512,
@@ -55,10 +63,7 @@ def dense_text(**overrides: Any) -> dict[str, Any]:
 
 def mla_text(**overrides: Any) -> dict[str, Any]:
     values: dict[str, Any] = {
-        "hidden_size": HIDDEN,
-        "vocab_size": VOCAB,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
+        **SIZES,
         "num_key_value_heads": HEADS,
         "intermediate_size": 128,
         "moe_intermediate_size": 32,
@@ -147,6 +152,25 @@ def write_remote_checkpoint(
     config_dict.update(extra or {})
     write_config(path, config_dict)
     return path, marker
+
+
+def remote_wrapper(
+    path: Path, wrapper: str, sub_name: str, text_type: str = "llama", **extra: Any
+) -> tuple[Path, Path]:
+    """A remote-code ``wrapper`` config holding a dense ``text_type`` text config
+    under ``sub_name`` (and ``extra`` top-level keys); returns (dir, marker)."""
+    text = dense_text(model_type=text_type)
+    return write_remote_checkpoint(
+        path, model_type=wrapper, sub_name=sub_name, text=text, extra=extra or None
+    )
+
+
+def transformers_class(name: str) -> type:
+    """transformers' class ``name``; the test is skipped where it has none."""
+    found = getattr(transformers, name, None)
+    if found is None:
+        pytest.skip(f"this transformers has no {name}")
+    return found
 
 
 def kimi_k25_native(path: Path) -> Path:

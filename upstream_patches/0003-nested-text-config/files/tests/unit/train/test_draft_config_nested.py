@@ -20,24 +20,14 @@ def _kimi_hub(path: Path) -> Path:
 
 
 def _remote_text_config(path: Path) -> Path:
-    checkpoint, _ = verifiers.write_remote_checkpoint(
-        path,
-        model_type="acme_vlm",
-        sub_name="text_config",
-        text={"model_type": "llama", **verifiers.dense_text()},
-    )
-    return checkpoint
+    return verifiers.remote_wrapper(path, "acme_vlm", "text_config")[0]
 
 
 def _remote_llm_config(path: Path) -> Path:
-    checkpoint, _ = verifiers.write_remote_checkpoint(
-        path,
-        model_type="internvl_chat",
-        sub_name="llm_config",
-        text={"model_type": "qwen2", **verifiers.dense_text()},
-        extra={"vision_config": {"hidden_size": 32, "num_hidden_layers": 2}},
-    )
-    return checkpoint
+    vision = {"hidden_size": 32, "num_hidden_layers": 2}
+    return verifiers.remote_wrapper(
+        path, "internvl_chat", "llm_config", "qwen2", vision_config=vision
+    )[0]
 
 
 CASES = [
@@ -116,12 +106,9 @@ def test_explicit_draft_config_wins_for_mla(tmp_path: Path):
 
 
 def test_ambiguous_verifier_fails_with_candidates(tmp_path: Path):
-    path, _ = verifiers.write_remote_checkpoint(
-        tmp_path / "ambiguous",
-        model_type="acme_dual",
-        sub_name="lm_a",
-        text={"model_type": "llama", **verifiers.dense_text()},
-        extra={"lm_b": {"model_type": "llama", **verifiers.dense_text()}},
+    lm_b = verifiers.dense_text(model_type="llama")
+    path, _ = verifiers.remote_wrapper(
+        tmp_path / "ambiguous", "acme_dual", "lm_a", lm_b=lm_b
     )
     with pytest.raises(ValueError, match="'lm_a'.*'lm_b'"):
         _build(path)
@@ -130,11 +117,7 @@ def test_ambiguous_verifier_fails_with_candidates(tmp_path: Path):
 def test_nemotron_h_activation_and_saved_config(tmp_path: Path):
     # Nemotron-H names its activation mlp_hidden_act, and its saved config holds
     # an encoded Infinity (time_step_limit) that must be read back as a float.
-    transformers = pytest.importorskip("transformers")
-    config_class = getattr(transformers, "NemotronHConfig", None)
-    if config_class is None:
-        pytest.skip("this transformers has no Nemotron-H")
-    config_class(
+    verifiers.transformers_class("NemotronHConfig")(
         **verifiers.dense_text(intermediate_size=96), mlp_hidden_act="relu2"
     ).save_pretrained(tmp_path)
     draft = _build(tmp_path)

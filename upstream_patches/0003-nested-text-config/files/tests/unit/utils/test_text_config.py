@@ -85,12 +85,8 @@ def test_remote_code_wrapper_read_as_data(
     tmp_path: Path, sub_name: str, model_type: str
 ):
     vision = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
-    path, marker = verifiers.write_remote_checkpoint(
-        tmp_path / model_type,
-        model_type=model_type,
-        sub_name=sub_name,
-        text={"model_type": "llama", **verifiers.dense_text()},
-        extra={"vision_config": vision},
+    path, marker = verifiers.remote_wrapper(
+        tmp_path / model_type, model_type, sub_name, vision_config=vision
     )
     text = load_text_config(path)
     assert not marker.exists()
@@ -112,11 +108,8 @@ def test_remote_code_wrapper_read_as_data(
 
 
 def test_unknown_text_model_type_keeps_values(tmp_path: Path):
-    path, marker = verifiers.write_remote_checkpoint(
-        tmp_path / "internlm",
-        model_type="internvl_chat",
-        sub_name="llm_config",
-        text={"model_type": "internlm2", **verifiers.dense_text()},
+    path, marker = verifiers.remote_wrapper(
+        tmp_path / "internlm", "internvl_chat", "llm_config", "internlm2"
     )
     text = load_text_config(path)
     assert not marker.exists()
@@ -172,12 +165,9 @@ def test_structural_search_finds_single_candidate():
 
 
 def test_ambiguous_wrapper_lists_candidates(tmp_path: Path):
-    path, marker = verifiers.write_remote_checkpoint(
-        tmp_path / "ambiguous",
-        model_type="acme_dual",
-        sub_name="lm_a",
-        text={"model_type": "llama", **verifiers.dense_text()},
-        extra={"lm_b": {"model_type": "llama", **verifiers.dense_text(vocab_size=99)}},
+    lm_b = verifiers.dense_text(model_type="llama", vocab_size=99)
+    path, marker = verifiers.remote_wrapper(
+        tmp_path / "ambiguous", "acme_dual", "lm_a", lm_b=lm_b
     )
     with pytest.raises(AmbiguousTextConfigError) as info:
         load_text_config(path)
@@ -211,11 +201,8 @@ def test_converter_vocab_lookup_prefers_text_config(tmp_path: Path):
 def test_non_finite_floats_are_decoded(tmp_path: Path):
     # JSON has no Infinity: transformers writes Nemotron-H's time_step_limit
     # (0.0, inf) as [0.0, {"__float__": "Infinity"}] and decodes it on reading.
-    transformers = pytest.importorskip("transformers")
-    config_class = getattr(transformers, "NemotronHConfig", None)
-    if config_class is None:
-        pytest.skip("this transformers has no Nemotron-H")
-    config_class(vocab_size=verifiers.VOCAB).save_pretrained(tmp_path)
+    nemotron_h = verifiers.transformers_class("NemotronHConfig")
+    nemotron_h(vocab_size=verifiers.VOCAB).save_pretrained(tmp_path)
     assert '"__float__": "Infinity"' in (tmp_path / "config.json").read_text()
     assert load_config_dict(tmp_path)["time_step_limit"][1] == float("inf")
     text = load_text_config(tmp_path)

@@ -162,13 +162,8 @@ def test_error_blames_a_defaulted_size_not_the_weights(tmp_path):
 def test_hyper_connection_verifier_is_refused_with_its_reason(tmp_path):
     # DeepSeek-V4: hc_mult streams per layer, mixed by hc_head before the final
     # norm and head.weight. Refused from its config, before any weight is read.
-    transformers = pytest.importorskip("transformers")
-    config_class = getattr(transformers, "DeepseekV4Config", None)
-    if config_class is None:
-        pytest.skip("this transformers has no DeepSeek-V4")
-    config_class(
-        vocab_size=verifiers.VOCAB, hidden_size=verifiers.HIDDEN, hc_mult=2
-    ).save_pretrained(tmp_path)
+    deepseek_v4 = verifiers.transformers_class("DeepseekV4Config")
+    deepseek_v4(**verifiers.SIZES, hc_mult=2).save_pretrained(tmp_path)
     with pytest.raises(VerifierWeightsError) as info:
         resolve_verifier_weights(tmp_path)
     message = str(info.value)
