@@ -91,8 +91,10 @@ def verifier_weight_kwargs(args: argparse.Namespace) -> dict[str, str | None]:
 
 
 def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--device-map`` / ``--max-memory`` / ``--offload-folder``: a verifier
-    bigger than one device, through accelerate's big-model dispatch."""
+    """Where the verifier runs: ``--device``, or ``--device-map`` /
+    ``--max-memory`` / ``--offload-folder`` for a verifier bigger than one
+    device, through accelerate's big-model dispatch."""
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     parser.add_argument(
         "--device-map",
         default=None,

@@ -51,7 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the same ids to `speculators train`",
     )
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument(
         "--max-batch-tokens",

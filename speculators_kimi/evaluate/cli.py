@@ -107,7 +107,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="auto: float32 on CPU, bfloat16 on GPU",
     )
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     add_placement_arguments(parser)
     parser.add_argument("--trust-remote-code", action="store_true")
     add_verifier_weight_arguments(parser)
