@@ -8,15 +8,17 @@ Llama, Qwen3 with a tied head (no ``lm_head.weight`` on disk), Kimi-K2.5
 :mod:`zoo_builders` (DeepSeek-V3 with an MTP layer, fused or in the Hub's
 per-expert layout; GPT-NeoX; Falcon with a tied head; Qwen2.5-VL; Llama-4;
 Qwen2.5-Omni with a talker decoder; Kimi-K2.5 with remote code in the checkpoint,
-sharded Kimi-K2.5). For each: the captured states follow vLLM's convention
-against the verifier's own forward (float32), hidden states are generated, the
-draft is trained (flat Llama and Kimi-K2.5: ``speculators train`` in its own
-process, 2 steps, the checkpoint reloaded; the others in this process through
-upstream's own functions in ``main``'s order, one forward and backward), and the
-draft's frozen embedding and head equal the verifier's own and its ``verifier_norm``
-computes the verifier's final norm (GPT-NeoX and Falcon included: units
+sharded Kimi-K2.5; the hybrids Qwen3.5, Qwen3.5-MoE, Kimi-Linear and Nemotron-H).
+For each: the captured states follow vLLM's convention against the verifier's own
+forward (float32), hidden states are generated, the draft is trained (flat Llama
+and Kimi-K2.5: ``speculators train`` in its own process, 2 steps, the checkpoint
+reloaded; the others in this process through upstream's own functions in
+``main``'s order, one forward, backward and AdamW step), the draft's frozen
+embedding and head equal the verifier's own, its ``verifier_norm`` computes the
+verifier's final norm (GPT-NeoX and Falcon included: units
 ``0003-nested-text-config`` for their geometry, ``0008-verifier-norm-semantics``
-for their LayerNorm).
+for their LayerNorm), and ``evaluate`` with the draft is lossless (hybrids: their
+recurrent state rolled back, ``speculators_kimi/verifier/cache.py``).
 """
 
 from __future__ import annotations
@@ -235,6 +237,10 @@ def test_zoo_member_trains(member, tmp_path):
         grads = [p.grad for p in draft.parameters() if p.requires_grad]
         assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
         assert any(bool(g.abs().sum()) for g in grads)
+        # One optimizer step (the trainer's AdamW), so evaluate decodes with a
+        # draft that training changed; the frozen tensors checked below must not.
+        trainable = [p for p in draft.parameters() if p.requires_grad]
+        torch.optim.AdamW(trainable, lr=1e-3).step()
         ckpt = tmp_path / "draft"  # for evaluate, as the trainer would save it
         draft.save_pretrained(str(ckpt))
     got = draft.state_dict()
