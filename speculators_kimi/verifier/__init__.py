@@ -9,6 +9,8 @@ generation, reply regeneration and evaluation.
 * :mod:`.capture`: the aux-layer hidden states, in vLLM's layout (pre-hooks).
 * :mod:`.causal`: the decoder plus its full output head over a KV cache: logits
   and aux states per forward.
+* :mod:`.cache`: the verifier's cache while decoding, and taking it back to the
+  accepted tokens (a hybrid's recurrent layers restored and the tokens re-run).
 * :mod:`.greedy`: the verifier's own greedy decoding of a batch of prompts.
 * :mod:`.shards`: every shard of the weight map there and whole (doctor's check,
   made before loading).
