@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -41,6 +42,8 @@ class PromptResult:
     #: tokens of context (prompt and output so far) when each round proposed
     context_lengths: list[int] = field(default_factory=list)
     verifier_forwards: int = 0  # prefill included
+    #: of those, re-runs of accepted tokens after a hybrid verifier's rollback
+    rollback_forwards: int = 0
 
     @property
     def rounds(self) -> int:
@@ -168,12 +171,9 @@ def speculative_generate(
         result.context_lengths.append(len(context))
         emitted = [*proposed[:m], next_token]
         if m < len(proposed):  # the rejected draft tokens leave the cache
-            rewind(
-                v_cache,
-                before,
-                [context[-1], *proposed[:m]],
-                lambda kept: verifier.forward(kept, v_cache),
-            )
+            kept = [context[-1], *proposed[:m]]
+            replay = partial(verifier.forward, cache=v_cache)
+            result.rollback_forwards += rewind(v_cache, before, kept, replay)
         drafter.crop(length)
         committed, aux = length, aux_new[: m + 1]
         context += emitted

@@ -57,6 +57,9 @@ class EvaluationReport:
     wall_time_s: float
     greedy_wall_time_s: float | None  # plain decoding of the same prompts
     seed: int = 0
+    #: of ``verifier_forwards``, re-runs of accepted tokens after a hybrid
+    #: verifier's rollback (:mod:`speculators_kimi.verifier.cache`)
+    rollback_forwards: int = 0
     #: one row per prompt (in :meth:`profile`, not in :meth:`as_dict`)
     records: list[RequestRecord] = field(default_factory=list, repr=False)
 
@@ -103,7 +106,7 @@ def evaluate_draft(
     gen = torch.Generator().manual_seed(seed)
     records: list[RequestRecord] = []
     accepted: list[int] = []
-    generated = forwards = 0
+    generated = forwards = rollbacks = 0
     mismatched: list[str] = []
     spec_s = greedy_s = 0.0
     bar = tqdm(
@@ -133,6 +136,7 @@ def evaluate_draft(
         accepted += out.accepted
         generated += len(out.tokens)
         forwards += out.verifier_forwards
+        rollbacks += out.rollback_forwards
         if temperature <= 0:
             t0 = time.perf_counter()
             want = greedy_generate(
@@ -155,6 +159,7 @@ def evaluate_draft(
         lossless=None if temperature > 0 else not mismatched,
         mismatched_prompts=mismatched,
         verifier_forwards=forwards,
+        rollback_forwards=rollbacks,
         num_speculative_tokens=k,
         temperature=temperature,
         max_new_tokens=max_new_tokens,

@@ -24,7 +24,9 @@ def format_report(report: dict[str, Any]) -> str:
         "k once k-1 were)",
         f"prompts                 {report['num_prompts']} "
         f"({report['num_generated_tokens']} tokens generated, "
-        f"{report['verifier_forwards']} verifier forwards)",
+        f"{report['verifier_forwards']} verifier forwards"
+        + _rollbacks(report.get("rollback_forwards", 0))
+        + ")",
         f"wall time               {report['wall_time_s']} s",
     ]
     if lossless is not None:
@@ -59,3 +61,10 @@ def format_epoch_table(table: dict[str, Any]) -> str:
         f"lowest validation loss: epoch {table['lowest_val_loss_epoch']}"
     )
     return "\n".join(lines)
+
+
+def _rollbacks(count: int) -> str:
+    """The forwards a hybrid verifier's rollback added, where there were any."""
+    if not count:
+        return ""
+    return f", {count} of them re-running accepted tokens after a rollback"

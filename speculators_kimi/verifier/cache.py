@@ -74,16 +74,16 @@ def rewind(
     before: CacheMark,
     accepted: Sequence[int],
     replay: Callable[[Sequence[int]], object],
-) -> None:
+) -> bool:
     """``cache`` back to ``before`` plus the ``accepted`` tokens of the forward
     that followed it; ``replay(accepted)`` runs them through the verifier again
-    where a crop cannot do it."""
+    where a crop cannot do it. Returns whether it did."""
     keep = before.length + len(accepted)
     if not before.saved:
         extra = cache.get_seq_length() - keep
         if extra > 0:
             cache.crop(-extra)
-        return
+        return False
     for i, layer in enumerate(cache.layers):
         if i in before.saved:
             cache.layers[i] = before.saved[i]
@@ -92,3 +92,4 @@ def rewind(
             if extra > 0:
                 layer.crop(-extra)
     replay(accepted)
+    return True

@@ -257,7 +257,7 @@ def test_zoo_member_trains(member, tmp_path):
         torch.testing.assert_close(
             norm.float()(x), own(x), rtol=1e-5, atol=1e-5, msg=member
         )
-    _check_evaluate(zoo, ckpt, data)
+    _check_evaluate(zoo, ckpt, data, hybrid=member in HYBRIDS)
     if zoo.marker is not None:
         assert not zoo.marker.exists(), "checkpoint code was imported"
 
@@ -291,7 +291,7 @@ def test_mla_draft_trains_through_the_cli(tmp_path):
     _check_evaluate(zoo, ckpt, data)
 
 
-def _check_evaluate(zoo: Member, ckpt: Path, data: Path) -> None:
+def _check_evaluate(zoo: Member, ckpt: Path, data: Path, hybrid: bool = False) -> None:
     """`speculators-kimi evaluate` on the member: its verifier computes the
     member's own logits (real transformers class), and speculative decoding with
     the trained draft is lossless."""
@@ -312,3 +312,6 @@ def _check_evaluate(zoo: Member, ckpt: Path, data: Path) -> None:
     assert report.lossless, report
     assert 0 < report.num_generated_tokens <= 16
     assert report.mean_acceptance_length >= 1.0
+    # Only a hybrid's rejected tokens are taken back by re-running the accepted
+    # ones (a K=3 draft after one step never has every round fully accepted).
+    assert (report.rollback_forwards > 0) == hybrid, report.rollback_forwards
