@@ -47,6 +47,20 @@ def _find_path(node: Any, target: Any, prefix: str = "") -> str | None:
     return None
 
 
+def _is_hybrid(text_config: Any) -> bool | None:
+    """Whether the verifier has linear-attention or Mamba layers beside attention
+    (the cache transformers builds from its config holds recurrent state); None
+    where transformers cannot build that cache from the config."""
+    from transformers import DynamicCache
+
+    from speculators_kimi.verifier.cache import has_recurrent_state
+
+    try:
+        return has_recurrent_state(DynamicCache(config=text_config))
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
 def text_config_section(verifier: str, trust_remote_code: bool, report: Report) -> Any:
     """The text config training resolves, where it was found, and any
     quantization the config declares; returns the text config for the sections
@@ -67,6 +81,7 @@ def text_config_section(verifier: str, trust_remote_code: bool, report: Report) 
         Path(verifier) / "config.json" if Path(verifier).is_dir() else verifier
     )
     section["tie_word_embeddings"] = ties_word_embeddings(config_dict)
+    section["hybrid"] = _is_hybrid(text_config)
     report.text_config = section
     for where, node in (("text config", text_dict), ("config", config_dict)):
         quant = node.get("quantization_config") if isinstance(node, dict) else None

@@ -93,6 +93,12 @@ def _checkpoint_lines(report: Report) -> list[str]:
             "num_hidden_layers={num_hidden_layers} heads={num_attention_heads}/"
             "{num_key_value_heads}".format(**text)
         )
+        if text.get("hybrid"):
+            lines.append(
+                "  hybrid: linear-attention or Mamba layers beside attention; "
+                "evaluate rolls their recurrent state back after a rejected draft "
+                "token"
+            )
     weights = report.weights
     if weights:
         lines.append(f"decoder prefix: '{weights['prefix']}'")

@@ -79,6 +79,7 @@ def test_healthy_kimi_hub_report(tmp_path, capsys):
     assert report["ok"]
     assert report["text_config"]["found_at"] == "text_config"
     assert report["text_config"]["hidden_size"] == HIDDEN
+    assert report["text_config"]["hybrid"] is False
     weights = report["weights"]
     assert weights["prefix"] == "language_model.model"
     assert weights["embed"]["key"] == "language_model.model.embed_tokens.weight"
@@ -147,6 +148,25 @@ def test_text_output(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "decoder prefix: 'language_model.model'" in out
     assert "language_model.lm_head.weight  [256, 64] F32" in out
+    assert "no problems found" in out
+
+
+def test_hybrid_nemotron_h_is_noted_not_a_problem(tmp_path, capsys):
+    """Nemotron-H as transformers saves it (``backbone.`` keys, Mamba-2 layers,
+    ``{"__float__": "Infinity"}`` in its config, ``mlp_hidden_act``): healthy, and
+    noted as a hybrid."""
+    from speculators_kimi.tiny_verifier import nemotron_h
+
+    path = nemotron_h(tmp_path / "nemotron_h").path
+    code, report = _doctor(capsys, str(path))
+    assert code == 0, report["problems"]
+    assert report["text_config"]["hybrid"] is True
+    assert report["weights"]["prefix"] == "backbone"
+    assert report["weights"]["norm"]["key"] == "backbone.norm_f.weight"
+    assert report["weights"]["norm_kind"] == "rms"
+    assert cli.main(["doctor", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "hybrid: linear-attention or Mamba layers beside attention" in out
     assert "no problems found" in out
 
 
