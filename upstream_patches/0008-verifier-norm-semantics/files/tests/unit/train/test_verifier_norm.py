@@ -81,6 +81,8 @@ FINAL_NORM_CLASSES = {
     "qwen3_next": ("qwen3_next", "Qwen3NextRMSNorm"),
     "recurrent_gemma": ("recurrent_gemma", "RecurrentGemmaRMSNorm"),
     "vaultgemma": ("vaultgemma", "VaultGemmaRMSNorm"),
+    "minimax_m3_vl_text": ("minimax_m3_vl", "MiniMaxM3VLRMSNorm"),
+    "step3p5": ("step3p7", "Step3p7RMSNorm"),
     "llama": ("llama", "LlamaRMSNorm"),
     "qwen3": ("qwen3", "Qwen3RMSNorm"),
     "deepseek_v3": ("deepseek_v3", "DeepseekV3RMSNorm"),
