@@ -51,12 +51,10 @@ def _is_hybrid(text_config: Any) -> bool | None:
     """Whether the verifier has linear-attention or Mamba layers beside attention
     (the cache transformers builds from its config holds recurrent state); None
     where transformers cannot build that cache from the config."""
-    from transformers import DynamicCache
-
-    from speculators_kimi.verifier.cache import has_recurrent_state
+    from speculators_kimi.verifier.cache import hybrid_cache
 
     try:
-        return has_recurrent_state(DynamicCache(config=text_config))
+        return hybrid_cache(text_config) is not None
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
 

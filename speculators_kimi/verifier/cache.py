@@ -25,7 +25,14 @@ from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixi
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["CacheMark", "has_recurrent_state", "mark", "rewind", "verifier_cache"]
+__all__ = [
+    "CacheMark",
+    "has_recurrent_state",
+    "hybrid_cache",
+    "mark",
+    "rewind",
+    "verifier_cache",
+]
 
 
 def has_recurrent_state(cache: DynamicCache) -> bool:
@@ -33,17 +40,24 @@ def has_recurrent_state(cache: DynamicCache) -> bool:
     return any(isinstance(x, LinearAttentionCacheLayerMixin) for x in cache.layers)
 
 
+def hybrid_cache(config: Any) -> DynamicCache | None:
+    """transformers' cache built from ``config`` (one layer of the right kind per
+    decoder layer) where it has recurrent layers, i.e. a hybrid verifier; else
+    None."""
+    cache = DynamicCache(config=config)
+    return cache if has_recurrent_state(cache) else None
+
+
 def verifier_cache(decoder: PreTrainedModel) -> DynamicCache:
     """An empty cache for ``decoder``.
 
-    A hybrid decoder gets transformers' cache built from its config (one layer of
-    the right kind per decoder layer: a bare ``DynamicCache()`` fails on the first
-    linear-attention layer). Any other gets the plain, lazily grown cache every
-    decoding here used before, which crops exactly at any length (the config's
-    sliding-window layers would refuse a crop past their window).
+    A hybrid decoder gets :func:`hybrid_cache` (a bare ``DynamicCache()`` fails on
+    the first linear-attention layer). Any other gets the plain, lazily grown
+    cache every decoding here used before, which crops exactly at any length (the
+    config's sliding-window layers would refuse a crop past their window).
     """
-    cache = DynamicCache(config=decoder.config)
-    return cache if has_recurrent_state(cache) else DynamicCache()
+    cache = hybrid_cache(decoder.config)
+    return DynamicCache() if cache is None else cache
 
 
 @dataclass(frozen=True)
