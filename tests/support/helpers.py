@@ -12,6 +12,7 @@ import tarfile
 from pathlib import Path
 
 from vendorlib.pin import load_pin
+from vendorlib.proc import captured
 from vendorlib.sdist import extract_all, obtain
 
 #: The tests' support modules (this folder), the tests, the project.
@@ -87,17 +88,7 @@ def run(
     check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """Run a command, capturing text output; on failure show it in the assertion."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    proc = subprocess.run(
-        cmd,
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    proc = captured(cmd, cwd=cwd, env={**os.environ, **(env or {})}, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{' '.join(map(str, cmd))} exited {proc.returncode}\n"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .pin import Unit
+from .proc import captured
 from .sdist import cache_dir
 from .units import parse_hunks
 
@@ -70,14 +71,7 @@ def _line(tree: Path, rel: str, row: int) -> str:
 def _run(
     cmd: list[str], cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cmd,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **env} if env else None,
-    )
+    return captured(cmd, cwd=cwd, env={**os.environ, **env} if env else None)
 
 
 def _ruff_findings(ruff: list[str], tree: Path, files: list[str]) -> list[dict]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import tempfile
 import tomllib
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 from .errors import VendorError
 from .lint import FAIL, PASS, SKIPPED, LintResult, lint
 from .pin import Pin, Unit, load_pin, load_series, patches_dir
+from .proc import captured
 from .sdist import extract, obtain
 from .status import check_unit, upstream_tip
 from .units import apply_unit, checked_git, git_env, parse_hunks, run_git
@@ -33,9 +33,7 @@ def identity(cwd: Path) -> tuple[str, str]:
     """The git identity for the Signed-off-by line; a clear error when there is none."""
 
     def config(key: str) -> str:
-        proc = subprocess.run(
-            ["git", "config", key], cwd=cwd, capture_output=True, text=True, check=False
-        )
+        proc = captured(["git", "config", key], cwd=cwd)
         return proc.stdout.strip()
 
     name = os.environ.get("GIT_AUTHOR_NAME") or config("user.name")
@@ -195,7 +193,7 @@ def _onto_tip(
         repo, ident, "rev-list", "--reverse", f"kimi-pin~{len(chain)}..kimi-pin"
     ).split()
     for sha, u in zip(shas, chain, strict=True):
-        proc = subprocess.run(
+        proc = captured(
             ["git", "cherry-pick", sha],
             cwd=repo,
             env={
@@ -203,9 +201,6 @@ def _onto_tip(
                 "GIT_COMMITTER_NAME": ident[0],
                 "GIT_COMMITTER_EMAIL": ident[1],
             },
-            capture_output=True,
-            text=True,
-            check=False,
         )
         if proc.returncode != 0:
             files = _git(repo, ident, "diff", "--name-only", "--diff-filter=U").split()

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .proc import captured
+
 #: The folder that holds `vendorlib` (for ``python -m vendorlib.pytest_server``).
 TOOLS = Path(__file__).resolve().parents[1]
 
@@ -137,15 +139,7 @@ def run_pytest(
     cmd = [python, "-m", "pytest", *pytest_args(junit, targets)]
     start = time.monotonic()
     try:
-        proc = subprocess.run(
-            cmd,
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        proc = captured(cmd, cwd=cwd, env=env, timeout=timeout)
         rc, text = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as err:
         rc, text = 124, f"pytest ran past {timeout:.0f} s: {err}"

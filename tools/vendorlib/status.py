@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .errors import VendorError
 from .pin import Unit, load_pin, load_series
+from .proc import captured
 from .sdist import extract, obtain
 from .units import apply_unit, git_env
 
@@ -45,13 +46,10 @@ def check_unit(unit: Unit, tree: Path) -> str | None:
     if clash:
         return f"files/ adds existing {', '.join(clash)}"
     if unit.patch.is_file() and unit.patch.stat().st_size:
-        proc = subprocess.run(
-            ["git", "apply", "--check", str(unit.patch.resolve())],
+        proc = captured(
+            ["git", "apply", "--check", unit.patch.resolve()],
             cwd=tree,
             env=git_env(tree),
-            capture_output=True,
-            text=True,
-            check=False,
         )
         if proc.returncode != 0:
             first = (proc.stderr.strip().splitlines() or ["git apply failed"])[0]

@@ -21,7 +21,6 @@ import filecmp
 import json
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -31,6 +30,7 @@ from .dropin.compare import Comparison
 from .dropin.compare import report as dropin_report
 from .errors import VendorError
 from .pin import Pin, Unit, load_pin, load_series
+from .proc import captured
 from .pytest_run import PytestReport, TreeRun, run_pytest_forked, tree_env
 from .sdist import extract, obtain
 from .units import apply_unit
@@ -145,14 +145,7 @@ class UnitReport:
 
 def imported_from(python: str, tree: Path, cwd: Path) -> str:
     """Where ``python`` imports `speculators` from with :func:`tree_env`; checked."""
-    proc = subprocess.run(
-        [python, "-c", _WHERE],
-        cwd=cwd,
-        env=tree_env(tree / "src"),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = captured([python, "-c", _WHERE], cwd=cwd, env=tree_env(tree / "src"))
     where = proc.stdout.strip()
     src = (tree / "src").resolve()
     if proc.returncode != 0 or not Path(where).resolve().is_relative_to(src):
@@ -165,14 +158,7 @@ def imported_from(python: str, tree: Path, cwd: Path) -> str:
 
 def installed_package(python: str, cwd: Path) -> Path | None:
     """The `speculators` package folder ``python`` imports without PYTHONPATH."""
-    proc = subprocess.run(
-        [python, "-c", _WHERE],
-        cwd=cwd,
-        env=tree_env(None),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = captured([python, "-c", _WHERE], cwd=cwd, env=tree_env(None))
     where = proc.stdout.strip()
     return Path(where).parent if proc.returncode == 0 and where else None
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .errors import VendorError
 from .pin import Unit
+from .proc import captured
 
 _FAILED = re.compile(r"patch failed: (?P<file>.+?):(?P<line>\d+)")
 _HUNK = re.compile(r"^@@ -(?P<old>\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$")
@@ -80,13 +81,10 @@ def run_git(
 
     ``env`` adds to (or overrides) the variables of :func:`git_env`.
     """
-    return subprocess.run(
+    return captured(
         ["git", "-c", "core.quotepath=off", "-c", "commit.gpgsign=false", *args],
         cwd=tree,
         env={**git_env(tree), **(env or {})},
-        capture_output=True,
-        text=True,
-        check=False,
     )
 
 
@@ -140,14 +138,7 @@ def apply_unit(unit: Unit, tree: Path) -> list[str]:
     if unit.patch.is_file() and unit.patch.stat().st_size:
         cmd = ["git", "apply", "--whitespace=nowarn", str(unit.patch.resolve())]
         try:
-            proc = subprocess.run(
-                cmd,
-                cwd=tree,
-                env=git_env(tree),
-                capture_output=True,
-                text=True,
-                check=False,
-            )
+            proc = captured(cmd, cwd=tree, env=git_env(tree))
         except FileNotFoundError as err:
             raise VendorError(
                 "`git` is needed to apply the patch units; install git"

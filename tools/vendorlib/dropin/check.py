@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from ..errors import VendorError
 from ..pin import Unit, load_pin, load_series
+from ..proc import captured
 from ..pytest_run import TOOLS, tree_env
 from ..sdist import extract, obtain
 from ..stepwise import installed_package, source_files
@@ -89,12 +89,8 @@ def run_cases(
         env["PYTHONPATH"] = str(TOOLS)
         # Wide enough that rich neither folds a word nor cuts an option name.
         env["COLUMNS"] = "200"
-        proc = subprocess.run(
-            [python, "-m", "vendorlib.dropin.forkserver", str(job), str(out)],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
+        proc = captured(
+            [python, "-m", "vendorlib.dropin.forkserver", job, out], cwd=work, env=env
         )
         if proc.returncode != 0 or not out.is_file():
             raise VendorError(
