@@ -416,14 +416,15 @@ def resolve_norm_eps(text_config: PretrainedConfig, default: float = 1e-6) -> fl
 
     :param text_config: the verifier's text config.
     :param default: the value when the config names none.
-    :return: ``rms_norm_eps``, ``layer_norm_eps``, ``layer_norm_epsilon`` or
-        ``norm_epsilon``, the first that is set.
+    :return: ``rms_norm_eps``, ``layer_norm_eps``, ``layer_norm_epsilon``,
+        ``norm_epsilon`` or ``norm_eps`` (Nemotron-4, LFM2), the first that is set.
     """
     for name in (
         "rms_norm_eps",
         "layer_norm_eps",
         "layer_norm_epsilon",
         "norm_epsilon",
+        "norm_eps",
     ):
         value = getattr(text_config, name, None)
         if value is not None:

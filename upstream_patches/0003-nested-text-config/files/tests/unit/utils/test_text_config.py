@@ -14,6 +14,7 @@ from speculators.utils.text_config import (
     load_config_dict,
     load_text_config,
     resolve_attention_head_dim,
+    resolve_norm_eps,
     text_config_dict,
     ties_word_embeddings,
 )
@@ -208,3 +209,17 @@ def test_non_finite_floats_are_decoded(tmp_path: Path):
     text = load_text_config(tmp_path)
     assert text.model_type == "nemotron_h"
     assert text.time_step_limit[1] == float("inf")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("rms_norm_eps", 1e-5),
+        ("layer_norm_epsilon", 1e-4),
+        ("norm_epsilon", 1e-3),
+        ("norm_eps", 2e-5),
+    ],
+)
+def test_norm_eps_under_each_name(name: str, value: float):
+    assert resolve_norm_eps(PretrainedConfig(**{name: value})) == value
+    assert resolve_norm_eps(PretrainedConfig()) == 1e-6

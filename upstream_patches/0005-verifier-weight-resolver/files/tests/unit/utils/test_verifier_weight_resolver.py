@@ -167,3 +167,17 @@ def test_hyper_connection_verifier_is_refused_with_its_reason(tmp_path):
     says = r"\(deepseek_v4\).* hc_mult=2 hyper-connection streams .*\(head\.weight\)"
     with pytest.raises(VerifierWeightsError, match=says):
         resolve_verifier_weights(tmp_path)
+
+
+def test_qwen4_exp_hyper_connections_are_refused_with_their_reason(tmp_path):
+    # Qwen4-Exp: hc_count streams of the layers' hidden size, flattened; its
+    # hyper_connection_mixer (own norm over the streams) is all it has for a final
+    # norm, so the plain search would answer "no final norm" and ask for a key.
+    qwen4_exp = verifiers.transformers_class("Qwen4ExpTextConfig")
+    qwen4_exp(**verifiers.SIZES, hc_count=4).save_pretrained(tmp_path)
+    says = (
+        r"\(qwen4_exp_text\).* hc_count=4 hyper-connection streams .*"
+        r"hyper_connection_mixer.*\(lm_head\.weight\)"
+    )
+    with pytest.raises(VerifierWeightsError, match=says):
+        resolve_verifier_weights(tmp_path)

@@ -1,10 +1,17 @@
 """The EAGLE-3 ``verifier_norm`` computes the verifier's own final norm."""
 
+import importlib
+import inspect
+import re
+from pathlib import Path
+
 import pytest
 import torch
+import transformers
 
 from speculators.models.utils import (
     GEMMA_STYLE_FINAL_NORM_MODEL_TYPES,
+    LAYERNORM_1P_FINAL_NORM_MODEL_TYPES,
     resolve_verifier_norm_class,
 )
 from speculators.utils.verifier_weights import (
@@ -38,7 +45,7 @@ def test_verifier_norm_reproduces_final_norm(zoo, name):
 def test_norm_kinds_follow_upstream_families(zoo):
     kinds = {
         name: resolve_verifier_weights(zoo[name].path).norm_kind
-        for name in ("llama", "gemma3", "falcon", "gpt_neox", "mpt")
+        for name in ("llama", "gemma3", "falcon", "gpt_neox", "mpt", "nemotron")
     }
     assert kinds == {
         "llama": "rms",
@@ -46,6 +53,7 @@ def test_norm_kinds_follow_upstream_families(zoo):
         "falcon": "layernorm",
         "gpt_neox": "layernorm",
         "mpt": "layernorm",
+        "nemotron": "layernorm_1p",
     }
     model = vc.eagle3_draft(zoo["gemma3"].path)
     assert type(model.verifier_norm) is resolve_verifier_norm_class(model.config)
@@ -53,7 +61,8 @@ def test_norm_kinds_follow_upstream_families(zoo):
 
 
 def test_layernorm_bias_loaded(zoo):
-    for name, bias in (("falcon", True), ("gpt_neox", True), ("mpt", False)):
+    cases = (("falcon", True), ("gpt_neox", True), ("mpt", False), ("nemotron", True))
+    for name, bias in cases:
         spec = resolve_verifier_weights(zoo[name].path)
         assert (spec.norm_bias is not None) is bias
         tensors = load_verifier_tensors(spec)
@@ -68,6 +77,14 @@ def test_norm_bias_not_saved_and_reloaded_from_verifier(zoo, tmp_path):
     model.save_pretrained(tmp_path / "ckpt")
     reloaded = type(model).from_pretrained(tmp_path / "ckpt")
     assert torch.equal(reloaded.verifier_norm.bias, entry.final_norm.bias)
+
+
+def test_norm_bias_without_a_place_is_refused(zoo):
+    """A final norm with a bias loaded into an RMSNorm would lose the bias."""
+    model = vc.eagle3_draft(zoo["llama"].path, hidden_act="silu")
+    weight = torch.ones(verifiers.HIDDEN)
+    with pytest.raises(ValueError, match="has a bias .* Qwen3RMSNorm"):
+        model._load_verifier_norm(weight, torch.zeros(verifiers.HIDDEN))
 
 
 # The final-norm class each listed family's transformers model applies, probed:
@@ -101,9 +118,82 @@ def test_gemma_style_list_matches_transformers_norms(model_type):
     )
     if norm_class is None:
         pytest.skip(f"this transformers has no {name}")
+    assert _adds_one(norm_class) == (model_type in GEMMA_STYLE_FINAL_NORM_MODEL_TYPES)
+
+
+def _adds_one(norm_class: type) -> bool:
+    """Whether ``norm_class`` computes ``x * (1 + w)``: with a zero weight,
+    ``x * w`` is 0 and ``x * (1 + w)`` is the normalized ``x``."""
     norm = norm_class(verifiers.HIDDEN)
     with torch.no_grad():
         norm.weight.zero_()
         out = norm(torch.randn(3, verifiers.HIDDEN) + 1.0)
-    adds_one = bool(out.abs().sum() > 0)
-    assert adds_one == (model_type in GEMMA_STYLE_FINAL_NORM_MODEL_TYPES)
+    return bool(out.abs().sum() > 0)
+
+
+# Source text of an RMSNorm that adds one to its weight, and the final norm a
+# decoder model's ``__init__`` builds next to its ``self.layers``.
+_ONE_PLUS_WEIGHT = re.compile(r"1(?:\.0)?\s*\+\s*self\.weight|self\.weight\S*\s*\+\s*1")
+_FINAL_NORM = re.compile(
+    r"self\.(?:norm|norm_f|final_layernorm|final_norm)\s*=\s*"
+    r"(\w+(?:RMSNorm|LayerNorm\w*))\("
+)
+
+
+def _installed_final_norms() -> dict[str, tuple[str, bool]]:
+    """``model_type -> (final norm class, adds one)`` for every decoder model of
+    the installed transformers whose modeling file has a norm adding one to its
+    weight (only those files are imported)."""
+    found: dict[str, tuple[str, bool]] = {}
+    models_dir = Path(transformers.__file__).parent / "models"
+    for path in sorted(models_dir.glob("*/modeling_*.py")):
+        if not _ONE_PLUS_WEIGHT.search(path.read_text(encoding="utf-8")):
+            continue
+        module = importlib.import_module(
+            f"transformers.models.{path.parent.name}.{path.stem}"
+        )
+        for name, cls in vars(module).items():
+            if not (
+                name.endswith("Model")
+                and inspect.isclass(cls)
+                and cls.__module__ == module.__name__
+            ):
+                continue
+            init = inspect.getsource(cls.__init__)
+            match = _FINAL_NORM.search(init)
+            model_type = getattr(getattr(cls, "config_class", None), "model_type", "")
+            if "self.layers" not in init or match is None or not model_type:
+                continue
+            norm_class = getattr(module, match.group(1))
+            found[model_type] = (match.group(1), _adds_one(norm_class))
+    return found
+
+
+def test_gemma_style_list_covers_installed_transformers():
+    """Every decoder model of the installed transformers whose final norm
+    computes ``x * (1 + w)`` is listed (RMSNorm: Gemma-style; LayerNorm:
+    Nemotron-style), so the lists cannot fall behind a new transformers release
+    silently."""
+    found = _installed_final_norms()
+    assert found.get("gemma3_text") == ("Gemma3RMSNorm", True)
+    assert found.get("nemotron") == ("NemotronLayerNorm1P", True)
+    listed = {
+        "RMSNorm": GEMMA_STYLE_FINAL_NORM_MODEL_TYPES,
+        "LayerNorm": LAYERNORM_1P_FINAL_NORM_MODEL_TYPES,
+    }
+    kind = {
+        model_type: "RMSNorm" if "RMSNorm" in norm else "LayerNorm"
+        for model_type, (norm, _) in found.items()
+    }
+    missing = {
+        model_type: norm
+        for model_type, (norm, adds_one) in found.items()
+        if adds_one and model_type not in listed[kind[model_type]]
+    }
+    wrongly_listed = {
+        model_type: norm
+        for model_type, (norm, adds_one) in found.items()
+        if not adds_one and model_type in listed[kind[model_type]]
+    }
+    assert missing == {}
+    assert wrongly_listed == {}

@@ -190,18 +190,40 @@ def _check_head_dtype(head: TensorInfo) -> None:
         )
 
 
-def _hyper_connections(source: str, text_config: PretrainedConfig, streams: int) -> str:
-    """Why a hyper-connection verifier (DeepSeek-V4) cannot train an EAGLE-3 draft."""
+# Config fields counting a hyper-connection verifier's residual streams, and where
+# its model mixes them back into one hidden state.
+_HYPER_CONNECTION_STREAMS: dict[str, str] = {
+    # DeepSeek-V4
+    "hc_mult": (
+        "only its hc_head mixes them into one, after the last layer, before the "
+        "final norm and the output head (head.weight)"
+    ),
+    # Qwen4-Exp
+    "hc_count": (
+        "only its hyper_connection_mixer mixes them into one, after the last "
+        "layer, with its own norm over all streams in place of a final norm, "
+        "before the output head (lm_head.weight)"
+    ),
+}
+
+
+def _hyper_connections(source: str, text_config: PretrainedConfig) -> str | None:
+    """Why a hyper-connection verifier (DeepSeek-V4, Qwen4-Exp) cannot train an
+    EAGLE-3 draft; ``None`` for a verifier with one residual stream."""
     model_type = getattr(text_config, "model_type", "?")
-    return (
-        f"{source} ({model_type}) cannot be an EAGLE-3 verifier: each of its "
-        f"layers carries hc_mult={streams} hyper-connection streams instead of one "
-        "hidden state, and only its hc_head mixes them into one, after the last "
-        "layer, before the final norm and the output head (head.weight). An "
-        "EAGLE-3 draft trains on one hidden state per aux layer and predicts "
-        "through the verifier's final norm and head applied to one hidden state: "
-        "this verifier has no such state to capture."
-    )
+    for field_name, mixer in _HYPER_CONNECTION_STREAMS.items():
+        streams = _int(text_config, field_name)
+        if streams is None or streams <= 1:
+            continue
+        return (
+            f"{source} ({model_type}) cannot be an EAGLE-3 verifier: each of its "
+            f"layers carries {field_name}={streams} hyper-connection streams "
+            f"instead of one hidden state, and {mixer}. An EAGLE-3 draft trains on "
+            "one hidden state per aux layer and predicts through the verifier's "
+            "final norm and head applied to one hidden state: this verifier has no "
+            "such state to capture."
+        )
+    return None
 
 
 def resolve_verifier_weights(  # noqa: C901
@@ -246,9 +268,9 @@ def resolve_verifier_weights(  # noqa: C901
             f"The text config of {source} lacks vocab_size / hidden_size / "
             "num_hidden_layers; cannot identify the verifier's weights."
         )
-    streams = _int(text_config, "hc_mult")
-    if streams is not None and streams > 1:
-        raise VerifierWeightsError(_hyper_connections(source, text_config, streams))
+    refusal = _hyper_connections(source, text_config)
+    if refusal is not None:
+        raise VerifierWeightsError(refusal)
     weight_map = read_weight_index(name_or_path, revision)
     headers = TensorHeaders(name_or_path, weight_map, revision)
     expected = (vocab, hidden)
