@@ -17,8 +17,7 @@ from tests.unit.mock import verifier_checkpoints as vc
 
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory) -> dict[str, vc.Zoo]:
-    tmp = tmp_path_factory.mktemp("zoo")
-    return {name: build(tmp) for name, build in vc.ZOO.items()}
+    return vc.build_zoo(tmp_path_factory.mktemp("zoo"))
 
 
 @pytest.mark.parametrize("name", list(vc.ZOO))

@@ -24,8 +24,7 @@ from tests.unit.mock import verifiers
 
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory) -> dict[str, vc.Zoo]:
-    tmp = tmp_path_factory.mktemp("zoo")
-    return {name: build(tmp) for name, build in vc.ZOO.items()}
+    return vc.build_zoo(tmp_path_factory.mktemp("zoo"))
 
 
 @pytest.mark.parametrize("name", list(vc.ZOO))
