@@ -208,7 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tools/vendor", description=__doc__)
     parser.add_argument("--root", type=Path, default=ROOT, help="project root")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_series_commands(sub)
+    _add_test_commands(sub)
+    return parser
 
+
+def _add_series_commands(sub: argparse._SubParsersAction) -> None:
+    """Commands that build, move or ship the series of units."""
     m = sub.add_parser("materialize", help="upstream + units as a tree or git history")
     m.add_argument("dest", nargs="?", help="target directory (default: .vendored)")
     m.add_argument("--git", metavar="DIR", help="a git work tree, one commit per unit")
@@ -250,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
     st.set_defaults(func=cmd_status)
 
+
+def _add_test_commands(sub: argparse._SubParsersAction) -> None:
+    """Commands that test the series against upstream's suite and API."""
     t = sub.add_parser(
         "test-series",
         help="per unit (pin + units up to it): upstream's suite and the units' tests",
@@ -304,7 +313,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--jobs", type=int, default=2, metavar="N", help="cases at a time")
     d.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
     d.set_defaults(func=cmd_dropin)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

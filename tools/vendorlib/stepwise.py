@@ -437,6 +437,43 @@ def _summarize(
     return 1 if bad else 0
 
 
+def _check_suite(suite: Path | None) -> None:
+    """``--upstream-suite`` holds upstream's unit tests and their baseline."""
+    if suite is not None and not (
+        (suite / "snapshot" / "tests" / "unit").is_dir()
+        and (suite / "baseline.txt").is_file()
+    ):
+        raise VendorError(
+            f"--upstream-suite {suite}: no snapshot/tests/unit and baseline.txt there"
+        )
+
+
+def _dropin_checks(
+    root: Path,
+    python: str,
+    trees: list[tuple[Unit, Path, str]],
+    pristine: Path,
+    jobs: int,
+) -> dict[str, Comparison]:
+    """The drop-in check of every tree against the pristine pin, timed."""
+    from .dropin.check import run_series_dropin
+
+    t0 = time.monotonic()
+    checked = run_series_dropin(
+        root,
+        python,
+        [(unit.name, tree) for unit, tree, _ in trees],
+        pristine,
+        jobs=max(1, jobs),
+    )
+    print(
+        f"drop-in check of {len(checked)} trees against the pin: "
+        f"{time.monotonic() - t0:.0f} s",
+        flush=True,
+    )
+    return checked
+
+
 def run_series(
     root: Path,
     python: str,
@@ -454,13 +491,7 @@ def run_series(
     ``dropin``: also run the drop-in check (`dropin.check`) on each tree against
     the pin, held to the differences the tree's units state.
     """
-    if suite is not None and not (
-        (suite / "snapshot" / "tests" / "unit").is_dir()
-        and (suite / "baseline.txt").is_file()
-    ):
-        raise VendorError(
-            f"--upstream-suite {suite}: no snapshot/tests/unit and baseline.txt there"
-        )
+    _check_suite(suite)
     pin = load_pin(root)
     units = load_series(root)
     wanted = select_units(units, units_arg)
@@ -483,23 +514,13 @@ def run_series(
                 trees.pop()
                 reports.append(skipped)
                 print(_line(skipped), flush=True)
-        checked: dict[str, Comparison] = {}
-        if dropin and trees:
-            from .dropin.check import run_series_dropin
-
-            t0 = time.monotonic()
-            checked = run_series_dropin(
-                root,
-                python,
-                [(unit.name, tree) for unit, tree, _ in trees],
-                extract(sdist_path, scratch / "pristine"),
-                jobs=max(1, jobs),
+        checked = (
+            _dropin_checks(
+                root, python, trees, extract(sdist_path, scratch / "pristine"), jobs
             )
-            print(
-                f"drop-in check of {len(checked)} trees against the pin: "
-                f"{time.monotonic() - t0:.0f} s",
-                flush=True,
-            )
+            if dropin and trees
+            else {}
+        )
         # Later trees hold more tests: start them first, so that no job is
         # left alone with the longest tree at the end.
         index = {u.name: i for i, u in enumerate(units)}
