@@ -32,25 +32,7 @@ DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``evaluate`` options."""
-    parser.add_argument(
-        "--draft",
-        required=True,
-        help="trained draft: a checkpoint directory (config.json), or a run's "
-        "checkpoints directory (its checkpoint_best is used)",
-    )
-    parser.add_argument(
-        "--verifier", required=True, help="local verifier directory (config.json)"
-    )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--data",
-        help="a `speculators prepare-data` directory: prompts of its held-out rows",
-    )
-    source.add_argument(
-        "--prompts",
-        help="JSONL of conversations ({'messages': [...]}): the turns before the "
-        "last assistant reply, rendered with the verifier's chat template",
-    )
+    _add_what_to_evaluate(parser)
     parser.add_argument("--num-speculative-tokens", "-k", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument(
@@ -112,6 +94,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_verifier_weight_arguments(parser)
     add_json_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
+
+
+def _add_what_to_evaluate(parser: argparse.ArgumentParser) -> None:
+    """The draft, the verifier and where the prompts come from."""
+    parser.add_argument(
+        "--draft",
+        required=True,
+        help="trained draft: a checkpoint directory (config.json), or a run's "
+        "checkpoints directory (its checkpoint_best is used)",
+    )
+    parser.add_argument(
+        "--verifier", required=True, help="local verifier directory (config.json)"
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--data",
+        help="a `speculators prepare-data` directory: prompts of its held-out rows",
+    )
+    source.add_argument(
+        "--prompts",
+        help="JSONL of conversations ({'messages': [...]}): the turns before the "
+        "last assistant reply, rendered with the verifier's chat template",
+    )
 
 
 def draft_checkpoint(path: str | Path) -> Path:

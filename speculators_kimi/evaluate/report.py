@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .context import acceptance_by_context
-from .decode import acceptance_length, greedy_generate, speculative_generate
+from .decode import (
+    PromptResult,
+    acceptance_length,
+    greedy_generate,
+    speculative_generate,
+)
 from .draft import DraftRunner
 from .profile import (
     RequestRecord,
@@ -81,6 +86,39 @@ class EvaluationReport:
         )
 
 
+@dataclass
+class _Tally:
+    """What the prompts' decodings add up to, one prompt at a time; accepted
+    tokens and generated tokens are read from the records."""
+
+    records: list[RequestRecord] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)
+    forwards: int = 0
+    rollbacks: int = 0
+    spec_s: float = 0.0
+    greedy_s: float = 0.0
+
+    @property
+    def accepted(self) -> list[int]:
+        """Accepted draft tokens of every verification round, in order."""
+        return [n for record in self.records for n in record.accepted_per_step]
+
+    def add(self, prompt: Prompt, out: PromptResult, seconds: float) -> None:
+        """One prompt's speculative decoding, which took ``seconds``."""
+        self.records.append(
+            RequestRecord(
+                source=prompt.source,
+                prompt_length=len(prompt.token_ids),
+                num_generated_tokens=len(out.tokens),
+                accepted_per_step=out.accepted,
+                context_length_per_step=out.context_lengths,
+            )
+        )
+        self.forwards += out.verifier_forwards
+        self.rollbacks += out.rollback_forwards
+        self.spec_s += seconds
+
+
 def evaluate_draft(
     verifier: CausalVerifier,
     draft: Any,
@@ -101,14 +139,9 @@ def evaluate_draft(
 
     if num_speculative_tokens < 1 or max_new_tokens < 1:
         raise ValueError("num_speculative_tokens and max_new_tokens must be >= 1")
-    k = num_speculative_tokens
     drafter = DraftRunner(draft, verifier.device)
     gen = torch.Generator().manual_seed(seed)
-    records: list[RequestRecord] = []
-    accepted: list[int] = []
-    generated = forwards = rollbacks = 0
-    mismatched: list[str] = []
-    spec_s = greedy_s = 0.0
+    tally = _Tally()
     bar = tqdm(
         prompts, desc="evaluate", unit="prompt", disable=not progress, file=sys.stderr
     )
@@ -118,53 +151,62 @@ def evaluate_draft(
             verifier,
             drafter,
             prompt.token_ids,
-            num_speculative_tokens=k,
+            num_speculative_tokens=num_speculative_tokens,
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             generator=gen,
         )
-        spec_s += time.perf_counter() - t0
-        records.append(
-            RequestRecord(
-                source=prompt.source,
-                prompt_length=len(prompt.token_ids),
-                num_generated_tokens=len(out.tokens),
-                accepted_per_step=out.accepted,
-                context_length_per_step=out.context_lengths,
-            )
-        )
-        accepted += out.accepted
-        generated += len(out.tokens)
-        forwards += out.verifier_forwards
-        rollbacks += out.rollback_forwards
+        tally.add(prompt, out, time.perf_counter() - t0)
         if temperature <= 0:
             t0 = time.perf_counter()
             want = greedy_generate(
                 verifier, prompt.token_ids, max_new_tokens=max_new_tokens
             )
-            greedy_s += time.perf_counter() - t0
+            tally.greedy_s += time.perf_counter() - t0
             if want.tokens != out.tokens:
-                mismatched.append(prompt.source)
-        bar.set_postfix(al=f"{acceptance_length(accepted):.2f}")
-    reached = accepted_per_position(accepted, k)
+                tally.mismatched.append(prompt.source)
+        bar.set_postfix(al=f"{acceptance_length(tally.accepted):.2f}")
+    return _report(
+        tally,
+        num_prompts=len(prompts),
+        num_speculative_tokens=num_speculative_tokens,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        seed=seed,
+    )
+
+
+def _report(
+    tally: _Tally,
+    *,
+    num_prompts: int,
+    num_speculative_tokens: int,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+) -> EvaluationReport:
+    """The run's numbers from its tally (greedy runs: ``lossless`` and plain
+    decoding's time; sampled runs have neither)."""
+    greedy = temperature <= 0
+    accepted = tally.accepted
+    reached = accepted_per_position(accepted, num_speculative_tokens)
+    rounds = len(accepted)
     return EvaluationReport(
         mean_acceptance_length=acceptance_length(accepted),
-        acceptance_rate_per_position=marginal_rates(reached, len(accepted)),
-        conditional_acceptance_rate_per_position=conditional_rates(
-            reached, len(accepted)
-        ),
-        acceptance_by_context=acceptance_by_context(records),
-        num_prompts=len(prompts),
-        num_generated_tokens=generated,
-        lossless=None if temperature > 0 else not mismatched,
-        mismatched_prompts=mismatched,
-        verifier_forwards=forwards,
-        rollback_forwards=rollbacks,
-        num_speculative_tokens=k,
+        acceptance_rate_per_position=marginal_rates(reached, rounds),
+        conditional_acceptance_rate_per_position=conditional_rates(reached, rounds),
+        acceptance_by_context=acceptance_by_context(tally.records),
+        num_prompts=num_prompts,
+        num_generated_tokens=sum(r.num_generated_tokens for r in tally.records),
+        lossless=not tally.mismatched if greedy else None,
+        mismatched_prompts=tally.mismatched,
+        verifier_forwards=tally.forwards,
+        rollback_forwards=tally.rollbacks,
+        num_speculative_tokens=num_speculative_tokens,
         temperature=temperature,
         max_new_tokens=max_new_tokens,
-        wall_time_s=round(spec_s, 3),
-        greedy_wall_time_s=round(greedy_s, 3) if temperature <= 0 else None,
+        wall_time_s=round(tally.spec_s, 3),
+        greedy_wall_time_s=round(tally.greedy_s, 3) if greedy else None,
         seed=seed,
-        records=records,
+        records=tally.records,
     )
