@@ -9,7 +9,7 @@ import pytest
 from helpers import run, snapshot, vendor
 from vendorlib.pin import load_series
 from vendorlib.pytest_run import run_pytest, tree_env
-from vendorlib.stepwise import own_test_files, tree_test_files
+from vendorlib.unit_files import own_test_files, tree_test_files
 
 
 def pip_install_target(project: Path, target: Path, sdist: Path) -> str:

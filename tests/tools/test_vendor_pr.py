@@ -12,7 +12,7 @@ import pytest
 from helpers import extract_tar, run, vendor
 from vendorlib.pin import load_series
 from vendorlib.pytest_run import run_pytest, tree_env
-from vendorlib.stepwise import own_test_files
+from vendorlib.unit_files import own_test_files
 
 IDENT = {
     "GIT_AUTHOR_NAME": "Pat Tester",

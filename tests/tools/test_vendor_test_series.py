@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, run
 from vendorlib.pin import load_series
-from vendorlib.stepwise import own_test_files, patched_files
+from vendorlib.unit_files import own_test_files, patched_files
 
 IDENT = {
     "GIT_AUTHOR_NAME": "t",
@@ -251,7 +251,7 @@ def test_a_later_unit_breaking_an_earlier_units_test_is_caught(fake_project):
 
 
 def test_the_installed_package_is_recognised_file_by_file(tmp_path):
-    from vendorlib.stepwise import same_package
+    from vendorlib.installed import same_package
 
     tree = tmp_path / "tree"
     write(tree / "src/speculators/__init__.py", "VALUE = 1\n")

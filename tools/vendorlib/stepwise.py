@@ -17,61 +17,28 @@ again here: CI runs upstream's suite on the install, and the project's own tests
 
 from __future__ import annotations
 
-import filecmp
-import json
-import re
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .dropin.compare import Comparison
-from .dropin.compare import report as dropin_report
 from .errors import VendorError
-from .pin import Pin, Unit, load_pin, load_series
-from .proc import captured
+from .installed import imported_from, installed_package, same_package
+from .pin import Unit, load_pin, load_series
 from .pytest_run import PytestReport, TreeRun, run_pytest_forked, tree_env
 from .sdist import extract, obtain
+from .series_report import OwnResult, SuiteResult, UnitReport, line, summarize
+from .unit_files import (
+    own_test_files,
+    relevant_test_files,
+    tree_test_dir_files,
+    tree_test_files,
+)
 from .units import apply_unit
 
-_DIFF = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$")
 TIMEOUT_S = 1800
-# Where `import speculators` would load it from, without running it (torch is slow).
-_WHERE = "import importlib.util as u; print(u.find_spec('speculators').origin)"
-
-
-def is_test_file(rel: str) -> bool:
-    """A pytest test module under `tests/` (pytest's default file patterns)."""
-    path = Path(rel)
-    return (
-        path.parts[:1] == ("tests",)
-        and path.suffix == ".py"
-        and (path.name.startswith("test_") or path.stem.endswith("_test"))
-    )
-
-
-def patched_files(patch_text: str) -> dict[str, bool]:
-    """Each file a git diff names (its new path) -> whether the diff deletes it."""
-    out: dict[str, bool] = {}
-    current: str | None = None
-    for line in patch_text.splitlines():
-        if m := _DIFF.match(line):
-            current = m["b"]
-            out[current] = False
-        elif current is not None and line.startswith("deleted file mode"):
-            out[current] = True
-    return out
-
-
-def own_test_files(unit: Unit) -> list[str]:
-    """The unit's own tests: test files it adds under `tests/` or changes."""
-    found = {rel.as_posix() for rel in unit.new_files()}
-    if unit.patch.is_file():
-        for rel, deleted in patched_files(unit.patch.read_text()).items():
-            if not deleted:
-                found.add(rel)
-    return sorted(rel for rel in found if is_test_file(rel))
 
 
 def enclosing_git(path: Path) -> Path | None:
@@ -103,87 +70,6 @@ def select_units(units: list[Unit], wanted: str | None) -> set[str]:
     return picked
 
 
-@dataclass
-class SuiteResult:
-    rc: int
-    passed: int | None = None
-    total: int | None = None
-    regressed: list[str] = field(default_factory=list)
-    tail: str = ""
-
-
-@dataclass
-class OwnResult:
-    """The tests of every unit so far (the tree's `tests/`), this unit's named."""
-
-    files: list[str]
-    rc: int | None = None
-    passed: int = 0
-    failed: list[str] = field(default_factory=list)
-    tail: str = ""
-    own: list[str] = field(default_factory=list)
-
-
-@dataclass
-class UnitReport:
-    unit: str
-    imported_from: str
-    suite: SuiteResult | None
-    own: OwnResult
-    seconds: float
-    skipped: str = ""
-    dropin: Comparison | None = None
-
-    @property
-    def ok(self) -> bool:
-        suite_ok = self.suite is None or (
-            self.suite.rc == 0 and not self.suite.regressed
-        )
-        dropin_ok = self.dropin is None or self.dropin.ok
-        return suite_ok and dropin_ok and not self.own.failed
-
-
-def imported_from(python: str, tree: Path, cwd: Path) -> str:
-    """Where ``python`` imports `speculators` from with :func:`tree_env`; checked."""
-    proc = captured([python, "-c", _WHERE], cwd=cwd, env=tree_env(tree / "src"))
-    where = proc.stdout.strip()
-    src = (tree / "src").resolve()
-    if proc.returncode != 0 or not Path(where).resolve().is_relative_to(src):
-        raise VendorError(
-            f"{python} imports speculators from {where or '(nothing)'}, not from "
-            f"{src}: {proc.stderr.strip()[-500:]}"
-        )
-    return where
-
-
-def installed_package(python: str, cwd: Path) -> Path | None:
-    """The `speculators` package folder ``python`` imports without PYTHONPATH."""
-    proc = captured([python, "-c", _WHERE], cwd=cwd, env=tree_env(None))
-    where = proc.stdout.strip()
-    return Path(where).parent if proc.returncode == 0 and where else None
-
-
-def same_package(installed: Path, tree: Path) -> bool:
-    """Whether the installed package holds exactly the tree's `src/speculators`."""
-
-    def files(top: Path) -> dict[str, Path]:
-        return {
-            p.relative_to(top).as_posix(): p
-            for p in top.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts
-        }
-
-    want, have = files(tree / "src" / "speculators"), files(installed)
-    return want.keys() == have.keys() and all(
-        filecmp.cmp(want[k], have[k], shallow=False) for k in want
-    )
-
-
-def tree_test_files(tree: Path) -> list[str]:
-    """The test files under the tree's `tests/`: those of every unit so far."""
-    return [rel for rel in tree_test_dir_files(tree) if is_test_file(rel)]
-
-
 def suite_workdir(suite: Path, tree: Path, dest: Path) -> Path:
     """Upstream's snapshot with the tree's `tests/` laid over it (no file clashes)."""
     shutil.copytree(suite / "snapshot", dest, symlinks=True)
@@ -199,44 +85,8 @@ def suite_workdir(suite: Path, tree: Path, dest: Path) -> Path:
     return dest
 
 
-def tree_test_dir_files(tree: Path) -> list[str]:
-    """Every file under the tree's `tests/` (helpers and conftests included)."""
-    top = tree / "tests"
-    if not top.is_dir():
-        return []
-    return sorted(
-        p.relative_to(tree).as_posix()
-        for p in top.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
-    )
-
-
 def read_baseline(suite: Path) -> set[str]:
     return set((suite / "baseline.txt").read_text().splitlines()) - {""}
-
-
-def source_files(unit: Unit) -> set[str]:
-    """The upstream source files (``src/``) a unit adds or its diff changes."""
-    found = {rel.as_posix() for rel in unit.new_files()}
-    if unit.patch.is_file():
-        found |= set(patched_files(unit.patch.read_text()))
-    return {rel for rel in found if rel.startswith("src/")}
-
-
-def relevant_test_files(units: list[Unit], i: int, tree: Path) -> list[str]:
-    """The test files tree ``i`` (pin + units[:i+1]) runs besides upstream's suite.
-
-    The unit's own tests, and those of each earlier unit that changes a source
-    file this unit changes too: a unit can only break another's tests through
-    code both touch. (Every unit's tests run together on the last tree, the
-    install: tests/tools/test_vendor_build.py.)
-    """
-    mine = source_files(units[i])
-    wanted = set(own_test_files(units[i]))
-    for earlier in units[:i]:
-        if source_files(earlier) & mine:
-            wanted |= set(own_test_files(earlier))
-    return [rel for rel in tree_test_files(tree) if rel in wanted]
 
 
 @dataclass(frozen=True)
@@ -302,47 +152,6 @@ def judge_tree(
     return UnitReport(plan.unit.name, plan.where, suite_result, own, report.seconds)
 
 
-def _line(r: UnitReport) -> str:
-    if r.skipped:
-        return f"  {r.unit:40} {r.skipped}"
-    if r.suite is None:
-        suite = "suite skipped"
-    elif r.suite.total is None:
-        suite = f"suite gave no result (rc={r.suite.rc})"
-    else:
-        lost = len(r.suite.regressed)
-        suite = f"suite {r.suite.passed}/{r.suite.total} ({lost} regressed)"
-    own = "units' tests: none"
-    if r.own.files:
-        n = len(r.own.files)
-        own = f"units' {r.own.passed} passed, {len(r.own.failed)} failed "
-        own += f"({n} file{'s' if n > 1 else ''}, {len(r.own.own)} its own)"
-    if r.dropin is not None:
-        unstated = len(r.dropin.findings) + len(r.dropin.stale)
-        own += " drop-in " + ("ok" if r.dropin.ok else f"{unstated} unstated")
-    return f"  {r.unit:40} {suite:30} {own:50} {r.seconds:6.0f} s  " + (
-        "ok" if r.ok else "FAIL"
-    )
-
-
-def _problems(r: UnitReport) -> list[str]:
-    out: list[str] = []
-    if r.suite is not None:
-        out += [f"{r.unit}: upstream test regressed: {t}" for t in r.suite.regressed]
-        if r.suite.rc != 0 and not r.suite.regressed:
-            out.append(
-                f"{r.unit}: upstream suite failed (rc={r.suite.rc}):\n{r.suite.tail}"
-            )
-    out += [f"{r.unit}: unit test failed: {t}" for t in r.own.failed]
-    if r.dropin is not None and not r.dropin.ok:
-        out.append(
-            f"{r.unit}: drop-in check against the pin:\n{dropin_report(r.dropin)}"
-        )
-    if r.own.failed:
-        out.append(f"{r.unit}: pytest said:\n{r.own.tail}")
-    return out
-
-
 def prepare_trees(
     units: list[Unit], wanted: set[str], stage: Path, scratch: Path, python: str
 ) -> tuple[list[tuple[Unit, Path, str]], tuple[str, str] | None]:
@@ -394,47 +203,6 @@ def _same_as_installed(
         0.0,
         skipped=f"= the installed package {installed}: not tested twice",
     )
-
-
-def _summarize(
-    reports: list[UnitReport],
-    units: list[Unit],
-    wanted: set[str],
-    broken: tuple[str, str] | None,
-    total: float,
-    pin: Pin,
-    json_out: Path | None,
-) -> int:
-    """Print the problems and the verdict line, write ``json_out``; exit code."""
-    order = {u.name: i for i, u in enumerate(units)}
-    reports.sort(key=lambda r: order[r.unit])
-    bad = [r.unit for r in reports if not r.ok]
-    for r in reports:
-        for p in _problems(r):
-            print(f"problem: {p}")
-    tested = len(reports)
-    if broken is not None:
-        name, why = broken
-        bad.append(name)
-        tested += 1
-        later = [u.name for u in units[order[name] + 1 :] if u.name in wanted]
-        print(f"problem: {name}: does not apply after the units before it:\n{why}")
-        if later:
-            print(f"problem: not tested (an earlier unit does not apply): {later}")
-    print(
-        f"test-series: {tested - len(bad)}/{tested} units pass"
-        + (f"; failing: {', '.join(bad)}" if bad else "")
-        + f" ({total:.0f} s)"
-    )
-    if json_out is not None:
-        data = {
-            "upstream": f"{pin.name} {pin.version}",
-            "seconds": round(total, 1),
-            "units": [{**asdict(r), "ok": r.ok} for r in reports],
-            "does_not_apply": broken and {"unit": broken[0], "why": broken[1]},
-        }
-        json_out.write_text(json.dumps(data, indent=2) + "\n")
-    return 1 if bad else 0
 
 
 def _check_suite(suite: Path | None) -> None:
@@ -513,7 +281,7 @@ def run_series(
             if skipped is not None:
                 trees.pop()
                 reports.append(skipped)
-                print(_line(skipped), flush=True)
+                print(line(skipped), flush=True)
         checked = (
             _dropin_checks(
                 root, python, trees, extract(sdist_path, scratch / "pristine"), jobs
@@ -535,7 +303,7 @@ def run_series(
             result = judge_tree(plans[name], suite, report)
             result.dropin = checked.get(name)
             reports.append(result)
-            print(_line(result), flush=True)
+            print(line(result), flush=True)
 
         for name, plan in plans.items():
             if plan.run is None:
@@ -553,6 +321,6 @@ def run_series(
             print(f"trees kept under {scratch}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
-    return _summarize(
+    return summarize(
         reports, units, wanted, broken, time.monotonic() - start, pin, json_out
     )

@@ -16,11 +16,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import VendorError
+from ..installed import installed_package
 from ..pin import Unit, load_pin, load_series
 from ..proc import captured
 from ..pytest_run import TOOLS, tree_env
 from ..sdist import extract, obtain
-from ..stepwise import installed_package, source_files
+from ..unit_files import source_files
 from .cases import Case, api_cases, cli_cases
 from .compare import Comparison, compare, load_intended
 

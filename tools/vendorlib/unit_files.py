@@ -1,0 +1,84 @@
+"""Which files a unit touches, and which unit tests a tree of the series runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .pin import Unit
+
+_DIFF = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$")
+
+
+def is_test_file(rel: str) -> bool:
+    """A pytest test module under `tests/` (pytest's default file patterns)."""
+    path = Path(rel)
+    return (
+        path.parts[:1] == ("tests",)
+        and path.suffix == ".py"
+        and (path.name.startswith("test_") or path.stem.endswith("_test"))
+    )
+
+
+def patched_files(patch_text: str) -> dict[str, bool]:
+    """Each file a git diff names (its new path) -> whether the diff deletes it."""
+    out: dict[str, bool] = {}
+    current: str | None = None
+    for line in patch_text.splitlines():
+        if m := _DIFF.match(line):
+            current = m["b"]
+            out[current] = False
+        elif current is not None and line.startswith("deleted file mode"):
+            out[current] = True
+    return out
+
+
+def own_test_files(unit: Unit) -> list[str]:
+    """The unit's own tests: test files it adds under `tests/` or changes."""
+    found = {rel.as_posix() for rel in unit.new_files()}
+    if unit.patch.is_file():
+        for rel, deleted in patched_files(unit.patch.read_text()).items():
+            if not deleted:
+                found.add(rel)
+    return sorted(rel for rel in found if is_test_file(rel))
+
+
+def source_files(unit: Unit) -> set[str]:
+    """The upstream source files (``src/``) a unit adds or its diff changes."""
+    found = {rel.as_posix() for rel in unit.new_files()}
+    if unit.patch.is_file():
+        found |= set(patched_files(unit.patch.read_text()))
+    return {rel for rel in found if rel.startswith("src/")}
+
+
+def tree_test_dir_files(tree: Path) -> list[str]:
+    """Every file under the tree's `tests/` (helpers and conftests included)."""
+    top = tree / "tests"
+    if not top.is_dir():
+        return []
+    return sorted(
+        p.relative_to(tree).as_posix()
+        for p in top.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+
+
+def tree_test_files(tree: Path) -> list[str]:
+    """The test files under the tree's `tests/`: those of every unit so far."""
+    return [rel for rel in tree_test_dir_files(tree) if is_test_file(rel)]
+
+
+def relevant_test_files(units: list[Unit], i: int, tree: Path) -> list[str]:
+    """The test files tree ``i`` (pin + units[:i+1]) runs besides upstream's suite.
+
+    The unit's own tests, and those of each earlier unit that changes a source
+    file this unit changes too: a unit can only break another's tests through
+    code both touch. (Every unit's tests run together on the last tree, the
+    install: tests/tools/test_vendor_build.py.)
+    """
+    mine = source_files(units[i])
+    wanted = set(own_test_files(units[i]))
+    for earlier in units[:i]:
+        if source_files(earlier) & mine:
+            wanted |= set(own_test_files(earlier))
+    return [rel for rel in tree_test_files(tree) if rel in wanted]
