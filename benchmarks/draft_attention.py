@@ -42,6 +42,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,100 @@ def _compiled_flex() -> Callable[..., Any]:
     return _COMPILED_FLEX
 
 
+def _synced_ms(t0: float, device: torch.device) -> float:
+    """Milliseconds since ``t0``, once the device has finished its queued work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _triton_impl(
+    document_ids: torch.Tensor, steps: int, device: torch.device, info: dict[str, Any]
+) -> list[Callable[..., torch.Tensor]]:
+    t0 = time.perf_counter()
+    layout = document_layout(document_ids)
+    info["triton_mask_ms"] = _synced_ms(t0, device)
+
+    def tri(q, k, v):
+        return draft_attention(q, k, v, document_ids, layout=layout)
+
+    return [tri] * steps
+
+
+def _flex_impl(
+    document_ids: torch.Tensor,
+    n: int,
+    steps: int,
+    device: torch.device,
+    gqa: bool,
+    info: dict[str, Any],
+) -> list[Callable[..., torch.Tensor]]:
+    from speculators.models.eagle3.attention import (
+        create_combined_mask_mod,
+        extend_mask_for_draft_tokens,
+    )
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    flex_fn: Callable[..., Any] = flex_attention
+    if device.type == "cuda":
+        flex_fn = _compiled_flex()
+    t0 = time.perf_counter()
+    mask = create_block_mask(
+        create_combined_mask_mod(document_ids, n),
+        B=None,
+        H=None,
+        Q_LEN=n,
+        KV_LEN=n,
+        device=str(device),
+    )
+    masks = [mask]
+    for _ in range(steps - 1):
+        masks.append(extend_mask_for_draft_tokens(masks[-1]))
+    info["flex_mask_ms"] = _synced_ms(t0, device)
+
+    def make_flex(bm):
+        def f(q, k, v):
+            return flex_fn(q, k, v, block_mask=bm, enable_gqa=gqa)
+
+        return f
+
+    return [make_flex(m) for m in masks]
+
+
+def _sdpa_impl(
+    document_ids: torch.Tensor,
+    n: int,
+    steps: int,
+    device: torch.device,
+    gqa: bool,
+    info: dict[str, Any],
+) -> list[Callable[..., torch.Tensor]]:
+    from speculators.models.eagle3.attention import (
+        create_combined_mask_mod,
+        extend_dense_mask_for_draft_tokens,
+    )
+    from torch.nn.attention.flex_attention import create_mask
+
+    t0 = time.perf_counter()
+    dense = create_mask(
+        create_combined_mask_mod(document_ids, n), None, None, n, n, device
+    )
+    dmasks = [dense]
+    for _ in range(steps - 1):
+        dmasks.append(extend_dense_mask_for_draft_tokens(dmasks[-1], n))
+    info["sdpa_mask_ms"] = _synced_ms(t0, device)
+
+    def make_sdpa(m):
+        def f(q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=m, enable_gqa=gqa
+            )
+
+        return f
+
+    return [make_sdpa(m) for m in dmasks]
+
+
 def build_impls(
     document_ids: torch.Tensor,
     n: int,
@@ -161,97 +256,39 @@ def build_impls(
     out: dict[str, list[Callable[..., torch.Tensor]]] = {}
     info: dict[str, Any] = {}
     if "triton" in impls:
-        t0 = time.perf_counter()
-        layout = document_layout(document_ids)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        info["triton_mask_ms"] = (time.perf_counter() - t0) * 1e3
-
-        def tri(q, k, v):
-            return draft_attention(q, k, v, document_ids, layout=layout)
-
-        out["triton"] = [tri] * steps
-    if "flex" in impls:
+        out["triton"] = _triton_impl(document_ids, steps, device, info)
+    for name, build in (("flex", _flex_impl), ("sdpa", _sdpa_impl)):
+        if name not in impls:
+            continue
         try:
-            from speculators.models.eagle3.attention import (
-                create_combined_mask_mod,
-                extend_mask_for_draft_tokens,
-            )
-            from torch.nn.attention.flex_attention import (
-                create_block_mask,
-                flex_attention,
-            )
-
-            flex_fn: Callable[..., Any] = flex_attention
-            if device.type == "cuda":
-                flex_fn = _compiled_flex()
-            t0 = time.perf_counter()
-            mask = create_block_mask(
-                create_combined_mask_mod(document_ids, n),
-                B=None,
-                H=None,
-                Q_LEN=n,
-                KV_LEN=n,
-                device=str(device),
-            )
-            masks = [mask]
-            for _ in range(steps - 1):
-                masks.append(extend_mask_for_draft_tokens(masks[-1]))
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            info["flex_mask_ms"] = (time.perf_counter() - t0) * 1e3
-
-            def make_flex(bm):
-                def f(q, k, v):
-                    return flex_fn(q, k, v, block_mask=bm, enable_gqa=gqa)
-
-                return f
-
-            out["flex"] = [make_flex(m) for m in masks]
+            out[name] = build(document_ids, n, steps, device, gqa, info)
         except Exception as exc:  # recorded, not fabricated
-            info["flex_error"] = f"{type(exc).__name__}: {exc}"
-    if "sdpa" in impls:
-        try:
-            from speculators.models.eagle3.attention import (
-                create_combined_mask_mod,
-                extend_dense_mask_for_draft_tokens,
-            )
-            from torch.nn.attention.flex_attention import create_mask
-
-            t0 = time.perf_counter()
-            dense = create_mask(
-                create_combined_mask_mod(document_ids, n), None, None, n, n, device
-            )
-            dmasks = [dense]
-            for _ in range(steps - 1):
-                dmasks.append(extend_dense_mask_for_draft_tokens(dmasks[-1], n))
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            info["sdpa_mask_ms"] = (time.perf_counter() - t0) * 1e3
-
-            def make_sdpa(m):
-                def f(q, k, v):
-                    return torch.nn.functional.scaled_dot_product_attention(
-                        q, k, v, attn_mask=m, enable_gqa=gqa
-                    )
-
-                return f
-
-            out["sdpa"] = [make_sdpa(m) for m in dmasks]
-        except Exception as exc:
-            info["sdpa_error"] = f"{type(exc).__name__}: {exc}"
+            info[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
     return out, info
 
 
-def run_config(cfg: dict[str, Any], args: argparse.Namespace, device, timer):
-    n, num_docs, steps = cfg["n"], cfg["docs"], cfg["steps"]
+@dataclass
+class Inputs:
+    """One configuration's random q, k, v and output gradient per TTT step, and
+    each step's keys and values concatenated over the steps so far."""
+
+    qs: list[torch.Tensor]
+    ks: list[torch.Tensor]
+    vs: list[torch.Tensor]
+    dos: list[torch.Tensor]
+    kcat: list[torch.Tensor] = field(init=False)
+    vcat: list[torch.Tensor] = field(init=False)
+
+    def __post_init__(self) -> None:
+        steps = range(len(self.qs))
+        self.kcat = [torch.cat(self.ks[: t + 1], dim=2) for t in steps]
+        self.vcat = [torch.cat(self.vs[: t + 1], dim=2) for t in steps]
+
+
+def make_inputs(cfg: dict[str, Any], device: torch.device) -> Inputs:
+    n, steps = cfg["n"], cfg["steps"]
     hq, hkv, d, dv = cfg["hq"], cfg["hkv"], cfg["d"], cfg["dv"]
     dtype = getattr(torch, cfg["dtype"])
-    elem = torch.tensor([], dtype=dtype).element_size()
-    document_ids = make_document_ids(n, num_docs, device)
-    lengths = doc_lengths(document_ids)
-    fns, info = build_impls(document_ids, n, steps, device, hq != hkv, args.impls)
-
     g = torch.Generator(device=device).manual_seed(0)
 
     def rnd(*shape):
@@ -262,63 +299,126 @@ def run_config(cfg: dict[str, Any], args: argparse.Namespace, device, timer):
     ks = [rnd(1, hkv, n, d) for _ in range(steps)]
     vs = [rnd(1, hkv, n, dv) for _ in range(steps)]
     dos = [rnd(1, hq, n, dv) for _ in range(steps)]
-    kcat = [torch.cat(ks[: t + 1], dim=2) for t in range(steps)]
-    vcat = [torch.cat(vs[: t + 1], dim=2) for t in range(steps)]
+    return Inputs(qs, ks, vs, dos)
 
-    records: list[dict[str, Any]] = []
+
+def step_fn(
+    f: Callable[..., torch.Tensor], inputs: Inputs, t: int, backward: bool
+) -> Callable[[], Any]:
+    """TTT step ``t`` alone: attention over its ``t + 1`` key blocks."""
+    q = inputs.qs[t].detach().requires_grad_(backward)
+    k = inputs.kcat[t].detach().requires_grad_(backward)
+    v = inputs.vcat[t].detach().requires_grad_(backward)
+
+    def run():
+        o = f(q, k, v)
+        if backward:
+            q.grad = k.grad = v.grad = None
+            o.backward(inputs.dos[t])
+        return o
+
+    return run
+
+
+def loop_fn(
+    fs: list[Callable[..., torch.Tensor]], inputs: Inputs, backward: bool
+) -> Callable[[], Any]:
+    """Every TTT step in turn, keys and values growing as in the DynamicCache."""
+    qq = [x.detach().requires_grad_(backward) for x in inputs.qs]
+    kk = [x.detach().requires_grad_(backward) for x in inputs.ks]
+    vv = [x.detach().requires_grad_(backward) for x in inputs.vs]
+
+    def run():
+        total = None
+        for t, f in enumerate(fs):
+            k = torch.cat(kk[: t + 1], dim=2)
+            v = torch.cat(vv[: t + 1], dim=2)
+            o = f(qq[t], k, v)
+            term = (o * inputs.dos[t]).sum() if backward else o
+            total = term if (total is None or not backward) else total + term
+        if backward:
+            for x in (*qq, *kk, *vv):
+                x.grad = None
+            total.backward()
+
+    return run
+
+
+def bench(
+    base: dict[str, Any],
+    impl: str,
+    kind: str,
+    step: int | None,
+    fn: Callable[[], Any],
+    timer: Callable[[Callable[[], Any]], float],
+    device: torch.device,
+) -> dict[str, Any]:
+    """One timing and peak memory of ``fn``, or the error it raised."""
+    rec: dict[str, Any] = dict(base, impl=impl, kind=kind, step=step)
+    try:
+        rec["ms"] = timer(fn)
+        rec["peak_mem_bytes"] = peak_memory(fn, device)
+    except Exception as exc:
+        rec["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rec
+
+
+def add_throughput(
+    rec: dict[str, Any], cfg: dict[str, Any], lengths: list[int], t: int | None
+) -> None:
+    """Useful TFLOP(/s) and GB/s of compulsory traffic for a timed record (one
+    step ``t``, or the whole loop when ``t`` is None)."""
+    n, hq, hkv, d, dv = cfg["n"], cfg["hq"], cfg["hkv"], cfg["d"], cfg["dv"]
+    elem = torch.tensor([], dtype=getattr(torch, cfg["dtype"])).element_size()
+    step_range = range(cfg["steps"]) if t is None else [t]
+    fl = [useful_flops(lengths, n, hq, d, dv, s + 1) for s in step_range]
+    by = [min_bytes(n, hq, hkv, d, dv, s + 1, elem) for s in step_range]
+    flops = sum(f[0] for f in fl)
+    nbytes = sum(b[0] for b in by)
+    if "bwd" in rec["kind"]:
+        flops += sum(f[1] for f in fl)
+        nbytes += sum(b[1] for b in by)
+    rec["useful_tflops"] = flops / 1e12
+    rec["tflop_per_s"] = flops / (rec["ms"] * 1e-3) / 1e12
+    rec["gb_per_s"] = nbytes / (rec["ms"] * 1e-3) / 1e9
+
+
+def check_vs_baselines(
+    fns: dict[str, list[Callable[..., torch.Tensor]]], inputs: Inputs
+) -> dict[str, Any]:
+    """Our kernel's largest difference from each baseline, at the last step."""
+    check: dict[str, Any] = {}
+    if "triton" not in fns:
+        return check
+    t = len(inputs.qs) - 1
+    args = (inputs.qs[t], inputs.kcat[t], inputs.vcat[t])
+    with torch.no_grad():
+        ours = fns["triton"][t](*args).float()
+        for other in ("sdpa", "flex"):
+            if other not in fns:
+                continue
+            try:
+                ref = fns[other][t](*args).float()
+                check[f"max_abs_diff_vs_{other}"] = float((ours - ref).abs().max())
+            except Exception as exc:
+                check[f"{other}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return check
+
+
+def run_config(cfg: dict[str, Any], args: argparse.Namespace, device, timer):
+    n, steps = cfg["n"], cfg["steps"]
+    document_ids = make_document_ids(n, cfg["docs"], device)
+    lengths = doc_lengths(document_ids)
+    fns, info = build_impls(
+        document_ids, n, steps, device, cfg["hq"] != cfg["hkv"], args.impls
+    )
+    inputs = make_inputs(cfg, device)
     base = {k: cfg[k] for k in ("n", "docs", "steps", "hq", "hkv", "d", "dv", "dtype")}
-
-    def bench(impl: str, kind: str, step: int | None, fn: Callable[[], Any]):
-        rec: dict[str, Any] = dict(base, impl=impl, kind=kind, step=step)
-        try:
-            rec["ms"] = timer(fn)
-            rec["peak_mem_bytes"] = peak_memory(fn, device)
-        except Exception as exc:
-            rec["error"] = f"{type(exc).__name__}: {exc}"[:500]
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-        return rec
-
-    def step_fn(impl, t, backward):
-        q = qs[t].detach().requires_grad_(backward)
-        k = kcat[t].detach().requires_grad_(backward)
-        v = vcat[t].detach().requires_grad_(backward)
-        f = fns[impl][t]
-
-        def run():
-            o = f(q, k, v)
-            if backward:
-                q.grad = k.grad = v.grad = None
-                o.backward(dos[t])
-            return o
-
-        return run
-
-    def loop_fn(impl, backward):
-        qq = [x.detach().requires_grad_(backward) for x in qs]
-        kk = [x.detach().requires_grad_(backward) for x in ks]
-        vv = [x.detach().requires_grad_(backward) for x in vs]
-
-        def run():
-            total = None
-            for t in range(steps):
-                k = torch.cat(kk[: t + 1], dim=2)
-                v = torch.cat(vv[: t + 1], dim=2)
-                o = fns[impl][t](qq[t], k, v)
-                term = (o * dos[t]).sum() if backward else o
-                total = term if (total is None or not backward) else total + term
-            if backward:
-                for x in (*qq, *kk, *vv):
-                    x.grad = None
-                total.backward()
-
-        return run
-
-    kinds = ["fwd", "fwd_bwd"]
     tasks: list[tuple[str, str, int | None]] = []
-    for kind in kinds:
-        for t in range(steps):
-            tasks.append((kind, "step", t))
+    for kind in ("fwd", "fwd_bwd"):
+        tasks += [(kind, "step", t) for t in range(steps)]
         tasks.append((kind, "loop", None))
 
     impls = [i for i in args.impls if i in fns]
@@ -329,32 +429,23 @@ def run_config(cfg: dict[str, Any], args: argparse.Namespace, device, timer):
                 backward = kind == "fwd_bwd"
                 if backward and impl == "flex" and device.type != "cuda":
                     continue  # flex attention has no backward on CPU
-                fn = (
-                    step_fn(impl, t, backward)
-                    if what == "step"
-                    else loop_fn(impl, backward)
-                )
+                if what == "step":
+                    assert t is not None
+                    fn = step_fn(fns[impl][t], inputs, t, backward)
+                else:
+                    fn = loop_fn(fns[impl], inputs, backward)
                 label = kind if what == "step" else f"loop_{kind}"
                 medians.setdefault((impl, label, t), []).append(
-                    bench(impl, label, t, fn)
+                    bench(base, impl, label, t, fn, timer, device)
                 )
-    for (_impl, label, t), recs in medians.items():
+    records: list[dict[str, Any]] = []
+    for (_impl, _label, t), recs in medians.items():
         ok = [r for r in recs if "ms" in r]
         rec = dict(recs[0]) if not ok else dict(ok[0])
         if ok:
             rec["ms"] = statistics.median(r["ms"] for r in ok)
             rec["ms_all"] = [r["ms"] for r in ok]
-            step_range = range(steps) if t is None else [t]
-            fl = [useful_flops(lengths, n, hq, d, dv, s + 1) for s in step_range]
-            by = [min_bytes(n, hq, hkv, d, dv, s + 1, elem) for s in step_range]
-            flops = sum(f[0] for f in fl)
-            nbytes = sum(b[0] for b in by)
-            if "bwd" in label:
-                flops += sum(f[1] for f in fl)
-                nbytes += sum(b[1] for b in by)
-            rec["useful_tflops"] = flops / 1e12
-            rec["tflop_per_s"] = flops / (rec["ms"] * 1e-3) / 1e12
-            rec["gb_per_s"] = nbytes / (rec["ms"] * 1e-3) / 1e9
+            add_throughput(rec, cfg, lengths, t)
         records.append(rec)
 
     # ratio to flex and a correctness check of ours vs the dense baseline
@@ -363,21 +454,7 @@ def run_config(cfg: dict[str, Any], args: argparse.Namespace, device, timer):
         flex = index.get(("flex", r["kind"], r["step"]))
         if flex and "ms" in flex and "ms" in r:
             r["speedup_vs_flex"] = flex["ms"] / r["ms"]
-    check: dict[str, Any] = {}
-    if "triton" in fns:
-        t = steps - 1
-        with torch.no_grad():
-            ours = fns["triton"][t](qs[t], kcat[t], vcat[t]).float()
-            for other in ("sdpa", "flex"):
-                if other in fns:
-                    try:
-                        ref = fns[other][t](qs[t], kcat[t], vcat[t]).float()
-                        check[f"max_abs_diff_vs_{other}"] = float(
-                            (ours - ref).abs().max()
-                        )
-                    except Exception as exc:
-                        check[f"{other}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    return records, dict(info, **check, config=base)
+    return records, dict(info, **check_vs_baselines(fns, inputs), config=base)
 
 
 def configs(args: argparse.Namespace) -> list[dict[str, Any]]:
