@@ -204,6 +204,65 @@ def run_child(
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+#: How the numbers are taken, written into the result as is.
+_METHOD = {
+    "what_is_timed": "DraftVocabMixin.load_verifier_weights() of each "
+    "version (upstream: pristine 0.9.0 from the pinned sdist; ours: the "
+    "installed, patched copy) on the vocabulary part of an EAGLE-3 draft "
+    "built by that version's own _init_vocab (float32 parameters filled "
+    "with NaN, as training builds them) plus a final norm, with a 32k "
+    "draft vocabulary: embedding, selected head rows into lm_head and "
+    "verifier_lm_head, final norm",
+    "memory": "peak_rss_anon is the child's peak RssAnon during the call "
+    "(anonymous memory: the draft's parameters, identical on both sides, "
+    "plus the loader's temporaries and copies), sampled every 2 ms; "
+    "loader_peak_rss_anon is that minus RssAnon just before the call: what "
+    "the loading itself allocates. peak_rss is VmHWM, which also counts "
+    "file-backed pages of memory-mapped shards (page cache, reclaimable); "
+    "loader_peak_rss is VmHWM minus VmRSS before the call",
+    "config_prewarmed": "both children read the verifier config with "
+    "AutoConfig (as training does before loading weights) before the "
+    "timed region; ours re-reads it inside (resolution)",
+}
+
+
+def _medians(results: list[dict]) -> dict:
+    """One side's medians over its runs (MiB, seconds), and the runs."""
+    return {
+        "wall_s_median": statistics.median(r["wall_s"] for r in results),
+        "peak_rss_mib_median": statistics.median(r["peak_rss_mib"] for r in results),
+        "loader_peak_rss_mib_median": statistics.median(
+            r["peak_rss_mib"] - r["rss_before_load_mib"] for r in results
+        ),
+        "peak_rss_anon_mib_median": statistics.median(
+            r["peak_rss_anon_mib"] for r in results
+        ),
+        "loader_peak_rss_anon_mib_median": statistics.median(
+            r["peak_rss_anon_mib"] - r["rss_anon_before_load_mib"] for r in results
+        ),
+        "peak_virtual_mib_median": statistics.median(
+            r["peak_virtual_mib"] for r in results
+        ),
+        "runs": results,
+    }
+
+
+def _ratios(ours: dict, up: dict) -> dict[str, float]:
+    """Ours over upstream, median against median."""
+    return {
+        "wall_time": ours["wall_s_median"] / up["wall_s_median"],
+        "peak_rss": ours["peak_rss_mib_median"] / up["peak_rss_mib_median"],
+        "loader_peak_rss": ours["loader_peak_rss_mib_median"]
+        / up["loader_peak_rss_mib_median"],
+        "peak_rss_anon": ours["peak_rss_anon_mib_median"]
+        / up["peak_rss_anon_mib_median"],
+        "loader_peak_rss_anon": ours["loader_peak_rss_anon_mib_median"]
+        / max(up["loader_peak_rss_anon_mib_median"], 1e-9),
+        "peak_virtual_memory": ours["peak_virtual_mib_median"]
+        / up["peak_virtual_mib_median"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=KIMI_VOCAB)
@@ -240,28 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.draft_vocab,
                     )
                 )
-        summary = {}
-        for mode, results in runs.items():
-            summary[mode] = {
-                "wall_s_median": statistics.median(r["wall_s"] for r in results),
-                "peak_rss_mib_median": statistics.median(
-                    r["peak_rss_mib"] for r in results
-                ),
-                "loader_peak_rss_mib_median": statistics.median(
-                    r["peak_rss_mib"] - r["rss_before_load_mib"] for r in results
-                ),
-                "peak_rss_anon_mib_median": statistics.median(
-                    r["peak_rss_anon_mib"] for r in results
-                ),
-                "loader_peak_rss_anon_mib_median": statistics.median(
-                    r["peak_rss_anon_mib"] - r["rss_anon_before_load_mib"]
-                    for r in results
-                ),
-                "peak_virtual_mib_median": statistics.median(
-                    r["peak_virtual_mib"] for r in results
-                ),
-                "runs": results,
-            }
+        summary = {mode: _medians(results) for mode, results in runs.items()}
         up, ours = summary["upstream"], summary["ours"]
         result = {
             "benchmark": "verifier_weights",
@@ -283,23 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                 "draft_vocab_size": args.draft_vocab,
                 "page_cache": "warm",
             },
-            "what_is_timed": "DraftVocabMixin.load_verifier_weights() of each "
-            "version (upstream: pristine 0.9.0 from the pinned sdist; ours: the "
-            "installed, patched copy) on the vocabulary part of an EAGLE-3 draft "
-            "built by that version's own _init_vocab (float32 parameters filled "
-            "with NaN, as training builds them) plus a final norm, with a 32k "
-            "draft vocabulary: embedding, selected head rows into lm_head and "
-            "verifier_lm_head, final norm",
-            "memory": "peak_rss_anon is the child's peak RssAnon during the call "
-            "(anonymous memory: the draft's parameters, identical on both sides, "
-            "plus the loader's temporaries and copies), sampled every 2 ms; "
-            "loader_peak_rss_anon is that minus RssAnon just before the call: what "
-            "the loading itself allocates. peak_rss is VmHWM, which also counts "
-            "file-backed pages of memory-mapped shards (page cache, reclaimable); "
-            "loader_peak_rss is VmHWM minus VmRSS before the call",
-            "config_prewarmed": "both children read the verifier config with "
-            "AutoConfig (as training does before loading weights) before the "
-            "timed region; ours re-reads it inside (resolution)",
+            **_METHOD,
             "repeats": args.repeats,
             "upstream_0_9_0": up,
             "ours": ours,
@@ -307,18 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                 a["checksum"] == b["checksum"]
                 for a, b in zip(runs["upstream"], runs["ours"], strict=True)
             ),
-            "ratios_ours_over_upstream": {
-                "wall_time": ours["wall_s_median"] / up["wall_s_median"],
-                "peak_rss": ours["peak_rss_mib_median"] / up["peak_rss_mib_median"],
-                "loader_peak_rss": ours["loader_peak_rss_mib_median"]
-                / up["loader_peak_rss_mib_median"],
-                "peak_rss_anon": ours["peak_rss_anon_mib_median"]
-                / up["peak_rss_anon_mib_median"],
-                "loader_peak_rss_anon": ours["loader_peak_rss_anon_mib_median"]
-                / max(up["loader_peak_rss_anon_mib_median"], 1e-9),
-                "peak_virtual_memory": ours["peak_virtual_mib_median"]
-                / up["peak_virtual_mib_median"],
-            },
+            "ratios_ours_over_upstream": _ratios(ours, up),
         }
         save_json_report(result, args.out)
     finally:
