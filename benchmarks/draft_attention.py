@@ -58,6 +58,8 @@ from speculators_kimi.cli_args import save_json_report  # noqa: E402
 from speculators_kimi.kernels import document_layout, draft_attention  # noqa: E402
 
 IMPLS = ("triton", "flex", "sdpa")
+#: One TTT step's attention: (q, k, v) -> output.
+Attention = Callable[..., torch.Tensor]
 
 
 def make_document_ids(n: int, num_docs: int, device: torch.device) -> torch.Tensor:
@@ -156,27 +158,29 @@ def _synced_ms(t0: float, device: torch.device) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def _triton_impl(
-    document_ids: torch.Tensor, steps: int, device: torch.device, info: dict[str, Any]
-) -> list[Callable[..., torch.Tensor]]:
+@dataclass(frozen=True)
+class MaskCase:
+    """The packed sequence every attention builds its mask for."""
+
+    document_ids: torch.Tensor
+    n: int
+    steps: int
+    device: torch.device
+    gqa: bool
+
+
+def _triton_impl(case: MaskCase, info: dict[str, Any]) -> list[Attention]:
     t0 = time.perf_counter()
-    layout = document_layout(document_ids)
-    info["triton_mask_ms"] = _synced_ms(t0, device)
+    layout = document_layout(case.document_ids)
+    info["triton_mask_ms"] = _synced_ms(t0, case.device)
 
     def tri(q, k, v):
-        return draft_attention(q, k, v, document_ids, layout=layout)
+        return draft_attention(q, k, v, case.document_ids, layout=layout)
 
-    return [tri] * steps
+    return [tri] * case.steps
 
 
-def _flex_impl(
-    document_ids: torch.Tensor,
-    n: int,
-    steps: int,
-    device: torch.device,
-    gqa: bool,
-    info: dict[str, Any],
-) -> list[Callable[..., torch.Tensor]]:
+def _flex_impl(case: MaskCase, info: dict[str, Any]) -> list[Attention]:
     from speculators.models.eagle3.attention import (
         create_combined_mask_mod,
         extend_mask_for_draft_tokens,
@@ -184,58 +188,53 @@ def _flex_impl(
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     flex_fn: Callable[..., Any] = flex_attention
-    if device.type == "cuda":
+    if case.device.type == "cuda":
         flex_fn = _compiled_flex()
+    n = case.n
     t0 = time.perf_counter()
     mask = create_block_mask(
-        create_combined_mask_mod(document_ids, n),
+        create_combined_mask_mod(case.document_ids, n),
         B=None,
         H=None,
         Q_LEN=n,
         KV_LEN=n,
-        device=str(device),
+        device=str(case.device),
     )
     masks = [mask]
-    for _ in range(steps - 1):
+    for _ in range(case.steps - 1):
         masks.append(extend_mask_for_draft_tokens(masks[-1]))
-    info["flex_mask_ms"] = _synced_ms(t0, device)
+    info["flex_mask_ms"] = _synced_ms(t0, case.device)
 
     def make_flex(bm):
         def f(q, k, v):
-            return flex_fn(q, k, v, block_mask=bm, enable_gqa=gqa)
+            return flex_fn(q, k, v, block_mask=bm, enable_gqa=case.gqa)
 
         return f
 
     return [make_flex(m) for m in masks]
 
 
-def _sdpa_impl(
-    document_ids: torch.Tensor,
-    n: int,
-    steps: int,
-    device: torch.device,
-    gqa: bool,
-    info: dict[str, Any],
-) -> list[Callable[..., torch.Tensor]]:
+def _sdpa_impl(case: MaskCase, info: dict[str, Any]) -> list[Attention]:
     from speculators.models.eagle3.attention import (
         create_combined_mask_mod,
         extend_dense_mask_for_draft_tokens,
     )
     from torch.nn.attention.flex_attention import create_mask
 
+    n = case.n
     t0 = time.perf_counter()
     dense = create_mask(
-        create_combined_mask_mod(document_ids, n), None, None, n, n, device
+        create_combined_mask_mod(case.document_ids, n), None, None, n, n, case.device
     )
     dmasks = [dense]
-    for _ in range(steps - 1):
+    for _ in range(case.steps - 1):
         dmasks.append(extend_dense_mask_for_draft_tokens(dmasks[-1], n))
-    info["sdpa_mask_ms"] = _synced_ms(t0, device)
+    info["sdpa_mask_ms"] = _synced_ms(t0, case.device)
 
     def make_sdpa(m):
         def f(q, k, v):
             return torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, attn_mask=m, enable_gqa=gqa
+                q, k, v, attn_mask=m, enable_gqa=case.gqa
             )
 
         return f
@@ -250,18 +249,19 @@ def build_impls(
     device: torch.device,
     gqa: bool,
     impls: tuple[str, ...],
-) -> tuple[dict[str, list[Callable[..., torch.Tensor]]], dict[str, Any]]:
+) -> tuple[dict[str, list[Attention]], dict[str, Any]]:
     """Per impl, one attention callable per step ``t`` taking (q, k, v); plus the
     mask-build times (ms) or errors."""
-    out: dict[str, list[Callable[..., torch.Tensor]]] = {}
+    case = MaskCase(document_ids, n, steps, device, gqa)
+    out: dict[str, list[Attention]] = {}
     info: dict[str, Any] = {}
     if "triton" in impls:
-        out["triton"] = _triton_impl(document_ids, steps, device, info)
+        out["triton"] = _triton_impl(case, info)
     for name, build in (("flex", _flex_impl), ("sdpa", _sdpa_impl)):
         if name not in impls:
             continue
         try:
-            out[name] = build(document_ids, n, steps, device, gqa, info)
+            out[name] = build(case, info)
         except Exception as exc:  # recorded, not fabricated
             info[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
     return out, info
@@ -320,9 +320,7 @@ def step_fn(
     return run
 
 
-def loop_fn(
-    fs: list[Callable[..., torch.Tensor]], inputs: Inputs, backward: bool
-) -> Callable[[], Any]:
+def loop_fn(fs: list[Attention], inputs: Inputs, backward: bool) -> Callable[[], Any]:
     """Every TTT step in turn, keys and values growing as in the DynamicCache."""
     qq = [x.detach().requires_grad_(backward) for x in inputs.qs]
     kk = [x.detach().requires_grad_(backward) for x in inputs.ks]
@@ -386,7 +384,7 @@ def add_throughput(
 
 
 def check_vs_baselines(
-    fns: dict[str, list[Callable[..., torch.Tensor]]], inputs: Inputs
+    fns: dict[str, list[Attention]], inputs: Inputs
 ) -> dict[str, Any]:
     """Our kernel's largest difference from each baseline, at the last step."""
     check: dict[str, Any] = {}
