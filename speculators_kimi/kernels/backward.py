@@ -19,6 +19,8 @@ q/k tensors have head dim ``D_QK``, v/o tensors ``D_V``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -438,101 +440,90 @@ def run_backward(
     b, hq, n, d_qk = q.shape
     hkv, kv_len, d_v = k.shape[1], k.shape[2], v.shape[3]
     block_qk, block_v = head_blocks(d_qk, d_v)
-    window = sliding_window if sliding_window is not None else 0
-    shape = {
-        "D_QK": d_qk,
-        "D_V": d_v,
-        "BLOCK_QK": block_qk,
-        "BLOCK_V": block_v,
-        "GROUP": hq // hkv,
-        "COMPUTE": compute_dtype(q.dtype),
-    }
-    block0 = {
-        "HAS_WINDOW": sliding_window is not None,
-        "PREC": dot_precision(q.dtype),
-    }
-    qk_scale = scale * LOG2E
-
+    launch = _Launch(
+        shape={
+            "D_QK": d_qk,
+            "D_V": d_v,
+            "BLOCK_QK": block_qk,
+            "BLOCK_V": block_v,
+            "GROUP": hq // hkv,
+            "COMPUTE": compute_dtype(q.dtype),
+        },
+        block0={
+            "HAS_WINDOW": sliding_window is not None,
+            "PREC": dot_precision(q.dtype),
+        },
+        window=sliding_window if sliding_window is not None else 0,
+        qk_scale=scale * LOG2E,
+        scale=scale,
+        head_blocks=(block_qk, block_v),
+    )
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     delta = torch.empty((b, hq, n), dtype=torch.float32, device=q.device)
-
-    block_m, block_n, num_warps, num_stages = pick_blocks(
-        block_qk, block_v, q.dtype, "dq"
-    )
-    dq_kernel()[(triton.cdiv(n, block_m), b * hq)](
-        q,
-        k,
-        v,
-        o,
-        do,
-        lse,
-        delta,
-        dq,
-        layout,
-        *row_strides(q, k, v, o, do, dq),
-        n,
-        hq,
-        kv_len // n,
-        window,
-        qk_scale,
-        scale,
-        **shape,
-        **block0,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        num_warps=num_warps,
-        num_stages=num_stages,
-    )
-    # one program per key tile: BLOCK_N keys x BLOCK_M queries per step
-    block_m, block_n, num_warps, num_stages = pick_blocks(
-        block_qk, block_v, q.dtype, "dkv0"
-    )
-    dkv0_kernel()[(triton.cdiv(n, block_n), b * hkv)](
-        q,
-        k,
-        v,
-        do,
-        lse,
-        delta,
-        dk,
-        dv,
-        layout,
-        *row_strides(q, k, v, do, dk, dv),
-        n,
-        hq,
-        hkv,
-        window,
-        qk_scale,
-        scale,
-        **shape,
-        **block0,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        num_warps=num_warps,
-        num_stages=num_stages,
-    )
+    _launch_dq(launch, q, k, v, o, do, lse, delta, dq, layout)
+    _launch_dkv0(launch, q, k, v, do, lse, delta, dk, dv, layout)
     if kv_len > n:
-        block_m, _, num_warps, _ = pick_blocks(block_qk, block_v, q.dtype, "diag")
-        dkv_diag_kernel()[(triton.cdiv(n, block_m), b * hkv)](
-            q,
-            k,
-            v,
-            do,
-            lse,
-            delta,
-            dk,
-            dv,
-            *row_strides(q, k, v, do, dk, dv),
-            n,
-            hq,
-            hkv,
-            kv_len // n,
-            qk_scale,
-            scale,
-            **shape,
-            BLOCK_M=block_m,
-            num_warps=num_warps,
-        )
+        _launch_dkv_diag(launch, q, k, v, do, lse, delta, dk, dv)
     return dq, dk, dv
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """What the three backward launches of one call share: the head shape
+    constexprs, block 0's window and precision, and the scales."""
+
+    shape: dict[str, object]
+    block0: dict[str, object]
+    window: int
+    qk_scale: float
+    scale: float
+    #: (BLOCK_QK, BLOCK_V), as in ``shape``
+    head_blocks: tuple[int, int]
+
+    def blocks(self, q: torch.Tensor, kernel: str) -> tuple[int, int, int, int]:
+        """(BLOCK_M, BLOCK_N, num_warps, num_stages) of ``kernel`` for q's dtype."""
+        return pick_blocks(*self.head_blocks, q.dtype, kernel)
+
+
+def _launch_dq(launch: _Launch, q, k, v, o, do, lse, delta, dq, layout) -> None:
+    """dq, one program per query tile; also writes ``delta`` (rowsum(o * do))."""
+    b, hq, n, _ = q.shape
+    block_m, block_n, num_warps, num_stages = launch.blocks(q, "dq")
+    dq_kernel()[(triton.cdiv(n, block_m), b * hq)](
+        q, k, v, o, do, lse, delta, dq, layout,
+        *row_strides(q, k, v, o, do, dq),
+        n, hq, k.shape[2] // n, launch.window, launch.qk_scale, launch.scale,
+        **launch.shape, **launch.block0,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+
+
+def _launch_dkv0(launch: _Launch, q, k, v, do, lse, delta, dk, dv, layout) -> None:
+    """dk, dv of block 0: one program per key tile, BLOCK_N keys x BLOCK_M
+    queries per step."""
+    b, hq, n, _ = q.shape
+    hkv = k.shape[1]
+    block_m, block_n, num_warps, num_stages = launch.blocks(q, "dkv0")
+    dkv0_kernel()[(triton.cdiv(n, block_n), b * hkv)](
+        q, k, v, do, lse, delta, dk, dv, layout,
+        *row_strides(q, k, v, do, dk, dv),
+        n, hq, hkv, launch.window, launch.qk_scale, launch.scale,
+        **launch.shape, **launch.block0,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+
+
+def _launch_dkv_diag(launch: _Launch, q, k, v, do, lse, delta, dk, dv) -> None:
+    """dk, dv of the diagonal key blocks (TTT steps after the first)."""
+    b, hq, n, _ = q.shape
+    hkv = k.shape[1]
+    block_m, _, num_warps, _ = launch.blocks(q, "diag")
+    dkv_diag_kernel()[(triton.cdiv(n, block_m), b * hkv)](
+        q, k, v, do, lse, delta, dk, dv,
+        *row_strides(q, k, v, do, dk, dv),
+        n, hq, hkv, k.shape[2] // n, launch.qk_scale, launch.scale,
+        **launch.shape,
+        BLOCK_M=block_m, num_warps=num_warps,
+    )  # fmt: skip
