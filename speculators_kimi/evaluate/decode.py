@@ -173,7 +173,8 @@ def speculative_generate(
         if m < len(proposed):  # the rejected draft tokens leave the cache
             kept = [context[-1], *proposed[:m]]
             replay = partial(verifier.forward, cache=v_cache)
-            result.rollback_forwards += rewind(v_cache, before, kept, replay)
+            if rewind(v_cache, before, kept, replay):
+                result.rollback_forwards += 1
         drafter.crop(length)
         committed, aux = length, aux_new[: m + 1]
         context += emitted

@@ -34,6 +34,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "RequestRecord",
     "accepted_per_position",
+    "accepted_steps",
     "build_profile",
     "check_profile",
     "conditional_rates",
@@ -61,6 +62,11 @@ class RequestRecord:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def accepted_steps(records: Sequence[RequestRecord]) -> list[int]:
+    """Accepted draft tokens of every verification step of ``records``, in order."""
+    return [m for record in records for m in record.accepted_per_step]
 
 
 def accepted_per_position(steps: Sequence[int], k: int) -> list[int]:
@@ -105,7 +111,7 @@ def build_profile(
     :raises ValueError: a step accepted more than ``num_speculative_tokens``.
     """
     k = num_speculative_tokens
-    steps = [m for record in records for m in record.accepted_per_step]
+    steps = accepted_steps(records)
     if any(not 0 <= m <= k for m in steps):
         raise ValueError(f"a step accepted outside 0..{k} tokens")
     counts = accepted_per_position(steps, k)

@@ -31,6 +31,7 @@ from .draft import DraftRunner
 from .profile import (
     RequestRecord,
     accepted_per_position,
+    accepted_steps,
     build_profile,
     conditional_rates,
     marginal_rates,
@@ -89,7 +90,7 @@ class EvaluationReport:
 @dataclass
 class _Tally:
     """What the prompts' decodings add up to, one prompt at a time; accepted
-    tokens and generated tokens are read from the records."""
+    and generated tokens are read from the records."""
 
     records: list[RequestRecord] = field(default_factory=list)
     mismatched: list[str] = field(default_factory=list)
@@ -97,11 +98,6 @@ class _Tally:
     rollbacks: int = 0
     spec_s: float = 0.0
     greedy_s: float = 0.0
-
-    @property
-    def accepted(self) -> list[int]:
-        """Accepted draft tokens of every verification round, in order."""
-        return [n for record in self.records for n in record.accepted_per_step]
 
     def add(self, prompt: Prompt, out: PromptResult, seconds: float) -> None:
         """One prompt's speculative decoding, which took ``seconds``."""
@@ -165,7 +161,7 @@ def evaluate_draft(
             tally.greedy_s += time.perf_counter() - t0
             if want.tokens != out.tokens:
                 tally.mismatched.append(prompt.source)
-        bar.set_postfix(al=f"{acceptance_length(tally.accepted):.2f}")
+        bar.set_postfix(al=f"{acceptance_length(accepted_steps(tally.records)):.2f}")
     return _report(
         tally,
         num_prompts=len(prompts),
@@ -188,7 +184,7 @@ def _report(
     """The run's numbers from its tally (greedy runs: ``lossless`` and plain
     decoding's time; sampled runs have neither)."""
     greedy = temperature <= 0
-    accepted = tally.accepted
+    accepted = accepted_steps(tally.records)
     reached = accepted_per_position(accepted, num_speculative_tokens)
     rounds = len(accepted)
     return EvaluationReport(

@@ -19,14 +19,12 @@ q/k tensors have head dim ``D_QK``, v/o tensors ``D_V``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
-from .configs import head_blocks, pick_blocks
-from .jit import LOG2E, compute_dtype, dot_precision, lazy_jit, row_strides
+from .configs import LaunchShape
+from .jit import lazy_jit, row_strides
 from .tiles import (
     DOC,
     allowed,
@@ -439,25 +437,7 @@ def run_backward(
     their last dim."""
     b, hq, n, d_qk = q.shape
     hkv, kv_len, d_v = k.shape[1], k.shape[2], v.shape[3]
-    block_qk, block_v = head_blocks(d_qk, d_v)
-    launch = _Launch(
-        shape={
-            "D_QK": d_qk,
-            "D_V": d_v,
-            "BLOCK_QK": block_qk,
-            "BLOCK_V": block_v,
-            "GROUP": hq // hkv,
-            "COMPUTE": compute_dtype(q.dtype),
-        },
-        block0={
-            "HAS_WINDOW": sliding_window is not None,
-            "PREC": dot_precision(q.dtype),
-        },
-        window=sliding_window if sliding_window is not None else 0,
-        qk_scale=scale * LOG2E,
-        scale=scale,
-        head_blocks=(block_qk, block_v),
-    )
+    launch = LaunchShape(d_qk, d_v, hq // hkv, q.dtype, sliding_window, scale)
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
@@ -469,28 +449,10 @@ def run_backward(
     return dq, dk, dv
 
 
-@dataclass(frozen=True)
-class _Launch:
-    """What the three backward launches of one call share: the head shape
-    constexprs, block 0's window and precision, and the scales."""
-
-    shape: dict[str, object]
-    block0: dict[str, object]
-    window: int
-    qk_scale: float
-    scale: float
-    #: (BLOCK_QK, BLOCK_V), as in ``shape``
-    head_blocks: tuple[int, int]
-
-    def blocks(self, q: torch.Tensor, kernel: str) -> tuple[int, int, int, int]:
-        """(BLOCK_M, BLOCK_N, num_warps, num_stages) of ``kernel`` for q's dtype."""
-        return pick_blocks(*self.head_blocks, q.dtype, kernel)
-
-
-def _launch_dq(launch: _Launch, q, k, v, o, do, lse, delta, dq, layout) -> None:
+def _launch_dq(launch: LaunchShape, q, k, v, o, do, lse, delta, dq, layout) -> None:
     """dq, one program per query tile; also writes ``delta`` (rowsum(o * do))."""
     b, hq, n, _ = q.shape
-    block_m, block_n, num_warps, num_stages = launch.blocks(q, "dq")
+    block_m, block_n, num_warps, num_stages = launch.blocks("dq")
     dq_kernel()[(triton.cdiv(n, block_m), b * hq)](
         q, k, v, o, do, lse, delta, dq, layout,
         *row_strides(q, k, v, o, do, dq),
@@ -500,12 +462,12 @@ def _launch_dq(launch: _Launch, q, k, v, o, do, lse, delta, dq, layout) -> None:
     )  # fmt: skip
 
 
-def _launch_dkv0(launch: _Launch, q, k, v, do, lse, delta, dk, dv, layout) -> None:
+def _launch_dkv0(launch: LaunchShape, q, k, v, do, lse, delta, dk, dv, layout) -> None:
     """dk, dv of block 0: one program per key tile, BLOCK_N keys x BLOCK_M
     queries per step."""
     b, hq, n, _ = q.shape
     hkv = k.shape[1]
-    block_m, block_n, num_warps, num_stages = launch.blocks(q, "dkv0")
+    block_m, block_n, num_warps, num_stages = launch.blocks("dkv0")
     dkv0_kernel()[(triton.cdiv(n, block_n), b * hkv)](
         q, k, v, do, lse, delta, dk, dv, layout,
         *row_strides(q, k, v, do, dk, dv),
@@ -515,11 +477,11 @@ def _launch_dkv0(launch: _Launch, q, k, v, do, lse, delta, dk, dv, layout) -> No
     )  # fmt: skip
 
 
-def _launch_dkv_diag(launch: _Launch, q, k, v, do, lse, delta, dk, dv) -> None:
+def _launch_dkv_diag(launch: LaunchShape, q, k, v, do, lse, delta, dk, dv) -> None:
     """dk, dv of the diagonal key blocks (TTT steps after the first)."""
     b, hq, n, _ = q.shape
     hkv = k.shape[1]
-    block_m, _, num_warps, _ = launch.blocks(q, "diag")
+    block_m, _, num_warps, _ = launch.blocks("diag")
     dkv_diag_kernel()[(triton.cdiv(n, block_m), b * hkv)](
         q, k, v, do, lse, delta, dk, dv,
         *row_strides(q, k, v, do, dk, dv),

@@ -9,15 +9,18 @@ hardware yet.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 
-from .jit import interpreting
+from .jit import LOG2E, compute_dtype, dot_precision, interpreting
 
 __all__ = [
     "INTERPRETER_BLOCKS",
     "KERNELS",
     "KernelConfig",
+    "LaunchShape",
     "head_blocks",
     "pick_blocks",
 ]
@@ -106,3 +109,50 @@ def pick_blocks(
         wide = max(qk, v)
         key = (kernel, dtype == torch.float32, wide, wide)
     return _CONFIGS[key]
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """What every kernel launch of one attention call shares (forward and
+    backward): heads, dtype, window and scale; the constexprs, tiles and scalars
+    the launchers pass are derived from them."""
+
+    d_qk: int
+    d_v: int
+    group: int
+    dtype: torch.dtype
+    sliding_window: int | None
+    scale: float
+
+    @property
+    def shape(self) -> dict[str, object]:
+        """The head-shape constexprs every kernel takes."""
+        block_qk, block_v = head_blocks(self.d_qk, self.d_v)
+        return {
+            "D_QK": self.d_qk,
+            "D_V": self.d_v,
+            "BLOCK_QK": block_qk,
+            "BLOCK_V": block_v,
+            "GROUP": self.group,
+            "COMPUTE": compute_dtype(self.dtype),
+        }
+
+    @property
+    def block0(self) -> dict[str, object]:
+        """Block 0's window flag and dot precision."""
+        return {
+            "HAS_WINDOW": self.sliding_window is not None,
+            "PREC": dot_precision(self.dtype),
+        }
+
+    @property
+    def window(self) -> int:
+        return self.sliding_window if self.sliding_window is not None else 0
+
+    @property
+    def qk_scale(self) -> float:
+        return self.scale * LOG2E
+
+    def blocks(self, kernel: str) -> KernelConfig:
+        """(BLOCK_M, BLOCK_N, num_warps, num_stages) of ``kernel``."""
+        return pick_blocks(*head_blocks(self.d_qk, self.d_v), self.dtype, kernel)

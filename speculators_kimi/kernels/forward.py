@@ -14,8 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .configs import head_blocks, pick_blocks
-from .jit import LOG2E, compute_dtype, dot_precision, lazy_jit, row_strides
+from .configs import LaunchShape
+from .jit import lazy_jit, row_strides
 from .tiles import (
     DOC,
     head,
@@ -180,36 +180,15 @@ def run_forward(
     LSE2 fp32 ``[B, Hq, N]``)."""
     b, hq, n, d_qk = q.shape
     hkv, kv_len, d_v = k.shape[1], k.shape[2], v.shape[3]
-    block_qk, block_v = head_blocks(d_qk, d_v)
-    block_m, block_n, num_warps, num_stages = pick_blocks(
-        block_qk, block_v, q.dtype, "fwd"
-    )
+    launch = LaunchShape(d_qk, d_v, hq // hkv, q.dtype, sliding_window, scale)
+    block_m, block_n, num_warps, num_stages = launch.blocks("fwd")
     o = q.new_empty((b, hq, n, d_v))
     lse = torch.empty((b, hq, n), dtype=torch.float32, device=q.device)
     fwd_kernel()[(triton.cdiv(n, block_m), b * hq)](
-        q,
-        k,
-        v,
-        o,
-        lse,
-        layout,
+        q, k, v, o, lse, layout,
         *row_strides(q, k, v, o),
-        n,
-        hq,
-        kv_len // n,
-        sliding_window if sliding_window is not None else 0,
-        scale * LOG2E,
-        D_QK=d_qk,
-        D_V=d_v,
-        BLOCK_QK=block_qk,
-        BLOCK_V=block_v,
-        GROUP=hq // hkv,
-        HAS_WINDOW=sliding_window is not None,
-        COMPUTE=compute_dtype(q.dtype),
-        PREC=dot_precision(q.dtype),
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        num_warps=num_warps,
-        num_stages=num_stages,
-    )
+        n, hq, kv_len // n, launch.window, launch.qk_scale,
+        **launch.shape, **launch.block0,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
     return o, lse

@@ -23,7 +23,7 @@ from .pin import Pin, Unit, load_pin, load_series, patches_dir
 from .proc import captured
 from .sdist import extract, obtain
 from .status import check_unit, upstream_tip
-from .units import apply_unit, checked_git, git_env, parse_hunks, run_git
+from .units import apply_unit, checked_git, parse_hunks, run_git
 
 HUMAN_REVIEW_BOX = "- [ ] A human has reviewed the code"
 BUNDLE_MARK = "PR_BODY.md"
@@ -193,15 +193,8 @@ def _onto_tip(
         repo, ident, "rev-list", "--reverse", f"kimi-pin~{len(chain)}..kimi-pin"
     ).split()
     for sha, u in zip(shas, chain, strict=True):
-        proc = captured(
-            ["git", "cherry-pick", sha],
-            cwd=repo,
-            env={
-                **git_env(repo),
-                "GIT_COMMITTER_NAME": ident[0],
-                "GIT_COMMITTER_EMAIL": ident[1],
-            },
-        )
+        committer = {"GIT_COMMITTER_NAME": ident[0], "GIT_COMMITTER_EMAIL": ident[1]}
+        proc = run_git(repo, "cherry-pick", sha, env=committer)
         if proc.returncode != 0:
             files = _git(repo, ident, "diff", "--name-only", "--diff-filter=U").split()
             _git(repo, ident, "cherry-pick", "--abort", check=False)

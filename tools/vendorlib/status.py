@@ -11,9 +11,8 @@ from pathlib import Path
 
 from .errors import VendorError
 from .pin import Unit, load_pin, load_series
-from .proc import captured
 from .sdist import extract, obtain
-from .units import apply_unit, git_env
+from .units import apply_unit, git_env, run_git
 
 
 @dataclass
@@ -46,11 +45,7 @@ def check_unit(unit: Unit, tree: Path) -> str | None:
     if clash:
         return f"files/ adds existing {', '.join(clash)}"
     if unit.patch.is_file() and unit.patch.stat().st_size:
-        proc = captured(
-            ["git", "apply", "--check", unit.patch.resolve()],
-            cwd=tree,
-            env=git_env(tree),
-        )
+        proc = run_git(tree, "apply", "--check", str(unit.patch.resolve()))
         if proc.returncode != 0:
             first = (proc.stderr.strip().splitlines() or ["git apply failed"])[0]
             return first.removeprefix("error: ")

@@ -136,9 +136,10 @@ def apply_unit(unit: Unit, tree: Path) -> list[str]:
         shutil.copy2(unit.files_dir / rel, dest)
         touched.append(rel.as_posix())
     if unit.patch.is_file() and unit.patch.stat().st_size:
-        cmd = ["git", "apply", "--whitespace=nowarn", str(unit.patch.resolve())]
         try:
-            proc = captured(cmd, cwd=tree, env=git_env(tree))
+            proc = run_git(
+                tree, "apply", "--whitespace=nowarn", str(unit.patch.resolve())
+            )
         except FileNotFoundError as err:
             raise VendorError(
                 "`git` is needed to apply the patch units; install git"
