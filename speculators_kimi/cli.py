@@ -32,8 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "evaluate": (
         "speculators_kimi.evaluate.cli",
-        "acceptance length of a trained EAGLE-3 draft (speculative decoding with "
-        "transformers, CPU or one GPU)",
+        "acceptance length of a trained EAGLE-3, DFlash or DSpark draft "
+        "(speculative decoding with transformers, CPU or one GPU)",
     ),
     "export": (
         "speculators_kimi.export.cli",

@@ -1,4 +1,5 @@
-"""Acceptance length of an EAGLE-3 draft with ``transformers`` (CPU or one GPU).
+"""Acceptance length of a draft with ``transformers`` (CPU or one GPU): EAGLE-3,
+and the block drafters DFlash and DSpark.
 
 ``speculators-kimi evaluate --draft CKPT --verifier V --data D`` runs speculative
 decoding as vLLM does it and reports what users judge a draft by: tokens per
@@ -9,8 +10,11 @@ The modules, one job each (the verifier's decoder and head, with its aux states
 per forward, come from :mod:`speculators_kimi.verifier`, which
 ``generate-hidden-states`` shares):
 
-* :mod:`.draft`: the draft run step by step over its KV cache.
-* :mod:`.decode`: one prompt's speculative (and plain greedy) decoding.
+* :mod:`.draft`: an EAGLE-3 draft run step by step over its KV cache.
+* :mod:`.block_draft`: a DFlash or DSpark draft proposing one block per round.
+* :mod:`.algorithms`: which drafts are decoded, and the strategy for each.
+* :mod:`.decode`: one prompt's speculative (and plain greedy) decoding, with the
+  draft's strategy proposing.
 * :mod:`.prompts`: prompts from a prepared dataset or a conversations JSONL.
 * :mod:`.report`: decoding over all prompts, the numbers.
 * :mod:`.profile`: per-position acceptance (marginal and conditional) with the
@@ -25,6 +29,7 @@ per forward, come from :mod:`speculators_kimi.verifier`, which
 
 from __future__ import annotations
 
+from .block_draft import BlockDraftRunner
 from .context import acceptance_by_context, draft_lengths, length_warnings
 from .draft import DraftRunner, untrained_copy
 from .epochs import epoch_table
@@ -34,6 +39,7 @@ from .report import EvaluationReport, evaluate_draft
 from .session import EvaluationSession, load_draft, load_session
 
 __all__ = [
+    "BlockDraftRunner",
     "DraftRunner",
     "EvaluationReport",
     "EvaluationSession",

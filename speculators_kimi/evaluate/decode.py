@@ -1,6 +1,7 @@
-"""EAGLE-3 speculative decoding of one prompt, and plain decoding to compare with.
+"""Speculative decoding of one prompt, and plain decoding to compare with.
 
-Each round: the draft proposes ``K`` tokens, chained on its own states; one
+Each round: the draft proposes ``K`` tokens (an EAGLE-3 draft chained on its own
+states, a block drafter in one block: the :class:`Drafter` strategy); one
 verifier forward over ``[last, t1..tK]`` (after its KV cache) checks them. Greedy
 accepts while a draft token equals the verifier's argmax; ``temperature > 0`` uses
 standard rejection sampling (accept ``t`` with ``min(1, p(t)/q(t))``, else sample
@@ -17,20 +18,49 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Protocol
 
 import torch
 
 from ..verifier.cache import mark, rewind, verifier_cache
 from ..verifier.causal import CausalVerifier
 from ..verifier.greedy import finished
-from .draft import DraftRunner
 
 __all__ = [
+    "Drafter",
     "PromptResult",
     "acceptance_length",
     "greedy_generate",
     "speculative_generate",
 ]
+
+
+class Drafter(Protocol):
+    """A draft as the decode loop drives it: EAGLE-3's chained steps
+    (:class:`.draft.DraftRunner`) or a block drafter's one block per round
+    (:class:`.block_draft.BlockDraftRunner`)."""
+
+    device: torch.device
+
+    def reset(self) -> None:
+        """Forget every entry (a new prompt)."""
+
+    def crop(self, length: int) -> None:
+        """Keep what was built from the first ``length`` verifier states."""
+
+    def propose(
+        self,
+        context: Sequence[int],
+        aux: torch.Tensor,
+        committed: int,
+        k: int,
+        temperature: float,
+        gen: torch.Generator,
+    ) -> tuple[list[int], list[torch.Tensor | None]]:
+        """``k`` draft tokens (target ids) after ``context`` and, when
+        sampling, their target-vocabulary distributions ``q``; ``aux`` holds
+        the verifier's aux states of context positions ``committed ..``."""
+        ...
 
 
 @dataclass
@@ -61,40 +91,6 @@ def _pick(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int
         return int(torch.argmax(logits))
     probs = torch.softmax(logits / temperature, dim=-1)
     return int(torch.multinomial(probs.cpu(), 1, generator=gen))
-
-
-def _propose(
-    drafter: DraftRunner,
-    tokens: torch.Tensor,
-    states: torch.Tensor,
-    first_position: int,
-    k: int,
-    temperature: float,
-    gen: torch.Generator,
-) -> tuple[list[int], list[torch.Tensor | None]]:
-    """``k`` chained draft tokens (target ids) and, when sampling, their target-
-    vocabulary distributions ``q``."""
-    out_states, logits = drafter.step(tokens, states, first_position)
-    state, last = out_states[-1:], logits[-1]
-    proposed: list[int] = []
-    dists: list[torch.Tensor | None] = []
-    position = first_position + tokens.shape[0]
-    for i in range(k):
-        if temperature <= 0:
-            draft_id = int(torch.argmax(last))
-            dists.append(None)
-        else:
-            q = torch.softmax(last / temperature, dim=-1)
-            draft_id = int(torch.multinomial(q.cpu(), 1, generator=gen))
-            dists.append(drafter.target_probs(q))
-        token = int(drafter.draft_to_target[draft_id])
-        proposed.append(token)
-        if i + 1 < k:
-            ids = torch.tensor([token], device=drafter.device)
-            state_seq, logit_seq = drafter.step(ids, state, position)
-            state, last = state_seq, logit_seq[-1]
-            position += 1
-    return proposed, dists
 
 
 def _verify(
@@ -130,7 +126,7 @@ def _verify(
 @torch.no_grad()
 def speculative_generate(
     verifier: CausalVerifier,
-    drafter: DraftRunner,
+    drafter: Drafter,
     prompt: Sequence[int],
     *,
     num_speculative_tokens: int,
@@ -154,15 +150,8 @@ def speculative_generate(
     )
     while not done:
         length = len(context) - 1  # tokens the verifier has seen
-        tokens = torch.tensor(context[committed + 1 :], device=drafter.device)
-        proposed, dists = _propose(
-            drafter,
-            tokens,
-            drafter.project(aux),
-            committed + 1,
-            num_speculative_tokens,
-            temperature,
-            gen,
+        proposed, dists = drafter.propose(
+            context, aux, committed, num_speculative_tokens, temperature, gen
         )
         before = mark(v_cache, length)
         logits, aux_new = verifier.forward([context[-1], *proposed], v_cache)

@@ -11,6 +11,7 @@ state, and attends to every earlier entry, which is exactly the TTT mask
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -88,6 +89,43 @@ class DraftRunner:
             chunks = hs.chunk(len(m.fc_norm), dim=-1)
             hs = torch.cat([n(c) for n, c in zip(m.fc_norm, chunks, strict=True)], -1)
         return m.fc(hs)
+
+    @torch.no_grad()
+    def propose(
+        self,
+        context: Sequence[int],
+        aux: torch.Tensor,
+        committed: int,
+        k: int,
+        temperature: float,
+        gen: torch.Generator,
+    ) -> tuple[list[int], list[torch.Tensor | None]]:
+        """``k`` chained draft tokens (target ids) and, when sampling, their
+        target-vocabulary distributions ``q``. New cache entries are the pairs
+        (``context[j + 1]``, ``aux[j - committed]``) for ``j >= committed``."""
+        first_position = committed + 1
+        tokens = torch.tensor(context[first_position:], device=self.device)
+        out_states, logits = self.step(tokens, self.project(aux), first_position)
+        state, last = out_states[-1:], logits[-1]
+        proposed: list[int] = []
+        dists: list[torch.Tensor | None] = []
+        position = first_position + tokens.shape[0]
+        for i in range(k):
+            if temperature <= 0:
+                draft_id = int(torch.argmax(last))
+                dists.append(None)
+            else:
+                q = torch.softmax(last / temperature, dim=-1)
+                draft_id = int(torch.multinomial(q.cpu(), 1, generator=gen))
+                dists.append(self.target_probs(q))
+            token = int(self.draft_to_target[draft_id])
+            proposed.append(token)
+            if i + 1 < k:
+                ids = torch.tensor([token], device=self.device)
+                state, logit_seq = self.step(ids, state, position)
+                last = logit_seq[-1]
+                position += 1
+        return proposed, dists
 
     @torch.no_grad()
     def step(

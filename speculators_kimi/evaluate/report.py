@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .algorithms import drafter_for
 from .context import acceptance_by_context
 from .decode import (
     PromptResult,
@@ -27,7 +28,6 @@ from .decode import (
     greedy_generate,
     speculative_generate,
 )
-from .draft import DraftRunner
 from .profile import (
     RequestRecord,
     accepted_per_position,
@@ -126,8 +126,9 @@ def evaluate_draft(
     seed: int = 0,
     progress: bool = True,
 ) -> EvaluationReport:
-    """Speculative decoding of every prompt with ``draft`` (an EAGLE-3
-    ``SpeculatorModel``), checked (greedy) against the verifier's own decoding.
+    """Speculative decoding of every prompt with ``draft`` (an EAGLE-3, DFlash
+    or DSpark ``SpeculatorModel``), checked (greedy) against the verifier's own
+    decoding.
 
     :raises ValueError: ``num_speculative_tokens`` < 1 or ``max_new_tokens`` < 1.
     """
@@ -135,7 +136,7 @@ def evaluate_draft(
 
     if num_speculative_tokens < 1 or max_new_tokens < 1:
         raise ValueError("num_speculative_tokens and max_new_tokens must be >= 1")
-    drafter = DraftRunner(draft, verifier.device)
+    drafter = drafter_for(draft, verifier.device)
     gen = torch.Generator().manual_seed(seed)
     tally = _Tally()
     bar = tqdm(

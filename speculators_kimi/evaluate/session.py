@@ -12,6 +12,7 @@ import torch
 from ..errors import CommandError
 from ..verifier.causal import CausalVerifier, load_causal_verifier
 from ..verifier.loading import DTYPES
+from .algorithms import check_decodable
 from .report import EvaluationReport, evaluate_draft
 
 if TYPE_CHECKING:
@@ -47,26 +48,23 @@ def load_draft(
     dtype: torch.dtype | None = torch.float32,
     verifier: str | Path | None = None,
 ) -> Any:
-    """An EAGLE-3 draft as ``speculators train`` saved it.
+    """A draft (EAGLE-3, DFlash or DSpark) as ``speculators train`` saved it.
 
     :param dtype: what to cast it to; ``None`` keeps the stored dtype, and the
         tensors stay mapped from the file (no anonymous copy of a 4 GB draft).
     :param verifier: the verifier to read its verifier-owned tensors and layer
         count from, instead of the path recorded at training (which may be gone
         once the checkpoint is moved).
-    :raises TypeError: the checkpoint is not an EAGLE-3 draft.
+    :raises UnsupportedDraftError: a draft ``evaluate`` does not decode.
     """
     from speculators import SpeculatorModel, SpeculatorModelConfig
-    from speculators.models.eagle3 import Eagle3DraftModel
+    from speculators.utils.text_config import load_config_dict
 
+    check_decodable(checkpoint, load_config_dict(checkpoint))
     config = SpeculatorModelConfig.from_pretrained(str(checkpoint))
     if verifier is not None and config.speculators_config is not None:
         config.speculators_config.verifier.name_or_path = str(verifier)
     model = SpeculatorModel.from_pretrained(str(checkpoint), config=config)
-    if not isinstance(model, Eagle3DraftModel):
-        raise TypeError(
-            f"{checkpoint}: a {type(model).__name__}; evaluate runs EAGLE-3 drafts"
-        )
     return (model if dtype is None else cast_draft(model, dtype)).eval()
 
 
@@ -104,6 +102,7 @@ def check_draft_fits(checkpoint: str | Path, verifier: str | Path) -> None:
     from speculators.utils.text_config import load_config_dict, text_config_dict
 
     draft = load_config_dict(checkpoint)
+    check_decodable(checkpoint, draft)
     layer = draft.get("transformer_layer_config") or {}
     text = text_config_dict(load_config_dict(verifier))
     trained_for = (draft.get("speculators_config") or {}).get("verifier") or {}
@@ -117,7 +116,11 @@ def check_draft_fits(checkpoint: str | Path, verifier: str | Path) -> None:
         for what in wants
         if None not in (wants[what], has[what]) and wants[what] != has[what]
     ]
-    aux = draft.get("eagle_aux_hidden_state_layer_ids") or []
+    aux = (
+        draft.get("eagle_aux_hidden_state_layer_ids")
+        or draft.get("aux_hidden_state_layer_ids")
+        or []
+    )
     depth = text.get("num_hidden_layers")
     if depth is not None and aux and max(aux) >= int(depth):
         problems.append(f"aux layers {aux} (the verifier has {depth} layers)")

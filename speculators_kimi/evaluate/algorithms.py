@@ -1,0 +1,69 @@
+"""Which drafts ``evaluate`` decodes, and the strategy that proposes for each.
+
+EAGLE-3 chains one token per draft step (:class:`.draft.DraftRunner`); DFlash
+and DSpark propose a block per round (:class:`.block_draft.BlockDraftRunner`).
+The others are refused before any tensor is loaded, with the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import CommandError
+from .block_draft import BlockDraftRunner
+from .decode import Drafter
+from .draft import DraftRunner
+
+__all__ = [
+    "BLOCK_ALGORITHMS",
+    "DECODED",
+    "UnsupportedDraftError",
+    "check_decodable",
+    "drafter_for",
+]
+
+#: The block drafters, decoded as vLLM 0.34 decodes them (anchor + mask block).
+BLOCK_ALGORITHMS = ("dflash", "dspark")
+DECODED = ("eagle3", *BLOCK_ALGORITHMS)
+
+#: Why a draft of this algorithm is not decoded, and what to do instead.
+_REFUSED = {
+    "dflash2": "DFlash2's convolution and top-K candidate walk are not "
+    "decoded yet; evaluate a dflash or dspark draft",
+    "xpress": "vLLM 0.34 serves XPress only in its native full-vocabulary "
+    "Qwen3XPress layout, not this speculators layout",
+    "peagle": "vLLM 0.34 does not serve it ('P-EAGLE (parallel drafting "
+    "EAGLE-3) is not supported.'); train --speculator-type eagle3",
+    "mtp": "an MTP draft is decoded by the verifier's own MTP layer in vLLM, "
+    "not by a speculators draft",
+}
+
+
+class UnsupportedDraftError(CommandError):
+    """The checkpoint is a draft ``evaluate`` does not decode."""
+
+
+def check_decodable(checkpoint: str | Path, config: dict[str, Any]) -> None:
+    """Refuse, from its ``config.json`` (``config``), a draft that is not
+    decoded here.
+
+    :raises UnsupportedDraftError: naming the algorithm and why.
+    """
+    algorithm = config.get("speculators_model_type")
+    if algorithm in DECODED:
+        return
+    why = _REFUSED.get(str(algorithm), "not a draft speculators trains")
+    raise UnsupportedDraftError(
+        f"{checkpoint}: a {algorithm!r} draft; evaluate decodes "
+        f"{', '.join(DECODED)} drafts: {why}"
+    )
+
+
+def drafter_for(draft: Any, device: torch.device | str) -> Drafter:
+    """The strategy that proposes for ``draft`` in the decode loop."""
+    if draft.config.speculators_model_type in BLOCK_ALGORITHMS:
+        return BlockDraftRunner(draft, device)
+    return DraftRunner(draft, device)

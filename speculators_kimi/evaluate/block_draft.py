@@ -1,0 +1,188 @@
+"""A DFlash or DSpark draft proposing one block per round, as vLLM 0.34 runs it.
+
+Training (upstream's ``_backbone_forward``) picks an anchor position ``p`` and
+runs a block of ``block_size`` query slots, ``[x[p], mask, mask, ...]`` at
+positions ``p, p+1, ...``, over a context of the verifier's aux states at every
+position before ``p`` (``fc`` then ``hidden_norm``, projected to K/V by each
+layer). Decoding is the same forward with ``p`` the newest committed token (the
+verifier's bonus token, whose aux state does not exist yet):
+
+* ``sample_from_anchor`` (DSpark's default): slot ``i`` proposes token
+  ``p + i + 1``, so a block of ``k`` slots proposes ``k`` tokens;
+* otherwise (DFlash's default) slot 0 is the anchor and slot ``i`` proposes
+  token ``p + i``: ``k + 1`` slots for ``k`` tokens.
+
+Each proposal is the argmax of the slot's logits (greedy) or a sample of their
+softmax; DSpark adds its Markov bias from the token before the proposed one (the
+anchor, then the previous proposal), computed by the draft's own head exactly as
+training computes it for those tokens. The context's K/V are cached across
+rounds (they depend only on the aux states); the block's are dropped after each
+round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+__all__ = ["BlockDraftRunner"]
+
+#: Attention used for decoding: exact, any device.
+DECODE_ATTENTION = "sdpa"
+
+
+class BlockDraftRunner:
+    """Block proposals of a DFlash-family draft (one sequence at a time).
+
+    :param model: the trained draft (``SpeculatorModel.from_pretrained``): a
+        ``DFlashDraftModel`` or ``DSparkDraftModel``.
+    :param device: where the draft runs (the verifier's input device).
+    """
+
+    def __init__(self, model: Any, device: torch.device | str) -> None:
+        self.model = model.to(device).eval()
+        self.device = torch.device(device)
+        config = model.config
+        config.transformer_layer_config._attn_implementation = DECODE_ATTENTION
+        self.block_size = int(config.block_size)
+        self.sample_from_anchor = bool(config.sample_from_anchor)
+        self.mask_token_id = int(model.mask_token_id)
+        #: the most tokens one block proposes
+        self.max_tokens = self.block_size - (0 if self.sample_from_anchor else 1)
+        self.markov_head = getattr(model, "markov_head", None)
+        self.cache = DynamicCache()
+        self.dtype = next(model.fc.parameters()).dtype
+        vocab = torch.arange(model.draft_vocab_size, device=self.device)
+        d2t = model.d2t
+        #: target-vocabulary id of each draft id (``d2t`` holds offsets).
+        self.draft_to_target = vocab if d2t is None else vocab + d2t.to(self.device)
+        self.target_vocab_size = int(config.transformer_layer_config.vocab_size)
+
+    @property
+    def length(self) -> int:
+        """Context positions whose K/V are cached."""
+        return int(self.cache.get_seq_length())
+
+    def reset(self) -> None:
+        """Forget every entry (a new prompt)."""
+        self.cache = DynamicCache()
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` context positions."""
+        if self.length > length:
+            self.cache.crop(length - self.length)
+
+    def _mask(self, layer: int, anchor: int, slots: int) -> torch.Tensor:
+        """``[1, 1, slots, anchor + slots]``: the block sees the context before
+        the anchor (the sliding window measured from the anchor, as training
+        measures it) and itself, causally only on sliding layers trained so."""
+        m = self.model
+        ctx = torch.arange(anchor, device=self.device)
+        sees_ctx = torch.ones(slots, anchor, dtype=torch.bool, device=self.device)
+        sees_block = torch.ones(slots, slots, dtype=torch.bool, device=self.device)
+        if layer in m.sliding_window_indices:
+            sees_ctx &= (ctx >= anchor - m.sliding_window)[None, :]
+            if not m.sliding_window_non_causal:
+                sees_block = torch.tril(sees_block)
+        return torch.cat([sees_ctx, sees_block], dim=1)[None, None]
+
+    @torch.no_grad()
+    def block_hidden(
+        self, anchor_token: int, context_states: torch.Tensor, slots: int
+    ) -> torch.Tensor:
+        """The block's final hidden states ``[slots, hidden]``.
+
+        :param context_states: aux states ``[n, n_aux * hidden]`` of the context
+            positions not yet cached (``length .. length + n - 1``); the anchor
+            sits right after them.
+        """
+        m = self.model
+        start, n = self.length, context_states.shape[0]
+        anchor = start + n
+        ids = torch.full((1, slots), self.mask_token_id, device=self.device)
+        ids[0, 0] = anchor_token
+        noise = m.embed_tokens(ids)
+        target = m.hidden_norm(m.fc(context_states.to(self.device, self.dtype)))[None]
+        positions = torch.arange(start, anchor + slots, device=self.device)[None]
+        rope = m.rotary_emb(noise, positions)
+        for i, layer in enumerate(m.layers):
+            noise = layer(
+                hidden_states=noise,
+                target_hidden=target,
+                attention_mask=self._mask(i, anchor, slots),
+                position_ids=positions,
+                past_key_value=self.cache,
+                use_cache=True,
+                position_embeddings=rope,
+            )
+        self.crop(anchor)  # the block's K/V leave; the context's stay
+        return m.norm(noise)[0]
+
+    def _markov_bias(
+        self, hidden: torch.Tensor, block_tokens: list[int], slot: int
+    ) -> torch.Tensor:
+        """DSpark's bias on ``slot``'s logits, with the block's tokens known so
+        far, as training computes it from the block's tokens."""
+        assert self.markov_head is not None
+        tokens = torch.tensor(block_tokens[: slot + 1], device=self.device)
+        if not self.sample_from_anchor:  # slot k reads token k - 1
+            tokens = torch.cat([tokens[:1], tokens[:-1]])
+        bias = self.markov_head.block_bias(
+            prev_token_ids=tokens[None], hidden_states=hidden[None, : slot + 1]
+        )
+        return bias[0, slot].float()
+
+    @torch.no_grad()
+    def propose(
+        self,
+        context: Sequence[int],
+        aux: torch.Tensor,
+        committed: int,
+        k: int,
+        temperature: float,
+        gen: torch.Generator,
+    ) -> tuple[list[int], list[torch.Tensor | None]]:
+        """``k`` draft tokens (target ids) after ``context`` and, when sampling,
+        their target-vocabulary distributions ``q``.
+
+        :param aux: the verifier's aux states of context positions
+            ``committed ..`` (those not yet in the draft's cache); the last
+            context token (the anchor) has none.
+        """
+        if k > self.max_tokens:
+            raise ValueError(
+                f"a block of {self.block_size} proposes at most {self.max_tokens} "
+                f"tokens (sample_from_anchor={self.sample_from_anchor}); "
+                f"--num-speculative-tokens {k} asks for more"
+            )
+        self.crop(committed)
+        first = 0 if self.sample_from_anchor else 1
+        hidden = self.block_hidden(context[-1], aux, first + k)
+        logits = self.model.lm_head(hidden).float()
+        block_tokens = [context[-1]]
+        proposed: list[int] = []
+        dists: list[torch.Tensor | None] = []
+        for slot in range(first, first + k):
+            row = logits[slot]
+            if self.markov_head is not None:
+                row = row + self._markov_bias(hidden, block_tokens, slot)
+            if temperature <= 0:
+                draft_id = int(torch.argmax(row))
+                dists.append(None)
+            else:
+                q = torch.softmax(row / temperature, dim=-1)
+                draft_id = int(torch.multinomial(q.cpu(), 1, generator=gen))
+                dists.append(self.target_probs(q))
+            token = int(self.draft_to_target[draft_id])
+            proposed.append(token)
+            block_tokens.append(token)
+        return proposed, dists
+
+    def target_probs(self, draft_probs: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary probabilities spread over the target vocabulary."""
+        out = draft_probs.new_zeros(*draft_probs.shape[:-1], self.target_vocab_size)
+        out[..., self.draft_to_target] = draft_probs
+        return out

@@ -1,0 +1,217 @@
+"""Block drafters (DFlash, DSpark) in ``evaluate``: the decode loop's block
+proposals against upstream's training forward, and lossless decoding on the
+tiny Kimi-K2.5 (nested ``text_config``, ``language_model.`` keys).
+
+The drafts are built by ``speculators train``'s own functions (``TrainConfig``,
+``build_draft_model``) on the tiny verifier, in this process, with random
+trainable weights and the verifier's exact embedding and head."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from speculators_kimi import tiny_verifier as tiny
+from speculators_kimi.evaluate import EvaluationSession
+from speculators_kimi.evaluate.algorithms import (
+    UnsupportedDraftError,
+    check_decodable,
+)
+from speculators_kimi.evaluate.block_draft import BlockDraftRunner
+from speculators_kimi.verifier.causal import CausalVerifier, load_causal_verifier
+
+BLOCK = 4
+
+
+@pytest.fixture(scope="module")
+def kimi(tmp_path_factory) -> Path:
+    return tiny.kimi_k25(tmp_path_factory.mktemp("block") / "verifier").path
+
+
+def _build(verifier: Path, data: Path, algorithm: str, *extra: str) -> Any:
+    """The draft ``speculators train --speculator-type ALGORITHM`` builds."""
+    from speculators.model import SpeculatorModel
+    from speculators.train import cli
+    from speculators.train.config import TrainConfig
+
+    data.mkdir(exist_ok=True)
+    argv = [
+        "--verifier-name-or-path",
+        str(verifier),
+        "--data-path",
+        str(data),
+        "--speculator-type",
+        algorithm,
+        "--block-size",
+        str(BLOCK),
+        "--draft-attn-impl",
+        "sdpa",
+        "--num-layers",
+        "2",
+        *extra,
+    ]
+    args = argparse.Namespace(**TrainConfig.resolve(argv).flatten())
+    d2t, t2d, vocab = cli.parse_vocab_mappings(args)
+    torch.manual_seed(0)
+    model_class = SpeculatorModel.registry[algorithm]
+    draft = cli.build_draft_model(args, model_class, t2d, d2t, vocab)
+    with torch.no_grad():  # away from init, so every module changes the logits
+        for p in draft.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.05)
+    return draft.eval()
+
+
+@pytest.fixture(scope="module")
+def verifier(kimi) -> CausalVerifier:
+    """The tiny Kimi-K2.5 on the trainer's default aux layers (every draft's)."""
+    from speculators.models.utils import resolve_target_layer_ids
+
+    layers = resolve_target_layer_ids(None, str(kimi))
+    return load_causal_verifier(kimi, layers, dtype=torch.float32, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def drafts(kimi, tmp_path_factory) -> dict[str, Any]:
+    data = tmp_path_factory.mktemp("block-data")
+    return {
+        "dflash": _build(kimi, data, "dflash"),
+        "dspark": _build(kimi, data, "dspark"),
+        # A full-attention layer (bidirectional inside the block) and a sliding
+        # one trained non-causal.
+        "dflash-mixed": _build(
+            kimi,
+            data,
+            "dflash",
+            "--full-attention-indices",
+            "0",
+            "--sliding-window-non-causal",
+        ),
+    }
+
+
+def _ids(n: int, vocab: int) -> list[int]:
+    gen = torch.Generator().manual_seed(3)
+    return torch.randint(8, vocab - 1, (n,), generator=gen).tolist()
+
+
+def _training_logits(
+    draft: Any, ids: list[int], aux: torch.Tensor, anchor: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Upstream's training forward with one anchor at ``anchor``: the block's
+    logits, and those with DSpark's Markov bias from the block's own tokens."""
+    n = len(ids)
+    loss_mask = torch.zeros(1, n, dtype=torch.long)
+    loss_mask[0, anchor] = 1  # the only valid anchor
+    input_ids = torch.tensor([ids])
+    with torch.no_grad():
+        hidden, logits, _, _, index = draft._backbone_forward(
+            hidden_states=aux[None],
+            input_ids=input_ids,
+            loss_mask=loss_mask,
+            verifier_last_hidden_states=torch.zeros(1, n, draft.hidden_size),
+            document_ids=torch.zeros(1, n, dtype=torch.long),
+            max_anchors=1,
+        )
+        biased = logits
+        head = getattr(draft, "markov_head", None)
+        if head is not None:
+            block = input_ids[0, index].view(1, BLOCK)
+            if not draft.config.sample_from_anchor:
+                block = torch.cat([block[:, :1], block[:, :-1]], dim=1)
+            biased = logits + head.block_bias(
+                prev_token_ids=block, hidden_states=hidden.view(1, BLOCK, -1)
+            )
+    return logits[0], biased[0]
+
+
+@pytest.mark.parametrize("name", ["dflash", "dspark", "dflash-mixed"])
+@pytest.mark.parametrize("window", [None, 5])
+def test_block_proposals_are_the_training_forwards_argmax(
+    verifier, drafts, name, window
+):
+    """The runner's block (context K/V cached over two rounds, the block's
+    dropped) computes upstream's training forward at the same anchor: the same
+    logits, and greedy proposals that are the training forward's argmax with
+    those proposals as the block's tokens (DSpark's Markov chain included). A
+    sliding window of 5 checks the window and causal-block masks."""
+    draft = drafts[name]
+    assert draft.uses_full_attn == (name == "dflash-mixed")
+    assert draft.sliding_window_non_causal == (name == "dflash-mixed")
+    saved = draft.sliding_window
+    draft.sliding_window = window or saved
+    assert list(draft.target_layer_ids) == verifier.layer_ids
+    vocab = draft.verifier_vocab_size
+    ids = _ids(24, vocab)
+    _, aux = verifier.forward(ids, DynamicCache())
+    runner = BlockDraftRunner(draft, "cpu")
+    first = 0 if draft.config.sample_from_anchor else 1
+    k = BLOCK - first
+    gen = torch.Generator()
+    try:
+        for anchor in (6, 15):
+            # Round one caches positions < 4; round two adds the rest.
+            runner.reset()
+            runner.propose(ids[:5], aux[:4], 0, k, 0.0, gen)
+            assert runner.length == 4
+            hidden = runner.block_hidden(ids[anchor], aux[4:anchor], BLOCK)
+            assert runner.length == anchor
+            got = draft.lm_head(hidden)
+            proposed, _ = runner.propose(
+                ids[: anchor + 1], aux[anchor:anchor], anchor, k, 0.0, gen
+            )
+            # The proposals become the block's tokens (teacher forcing).
+            after = anchor + 1 + len(proposed)
+            forced = [*ids[: anchor + 1], *proposed, *ids[after:]]
+            want, biased = _training_logits(draft, forced, aux, anchor)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+            picks = biased.argmax(-1)[first:].tolist()
+            assert proposed == picks, (name, anchor)
+    finally:
+        draft.sliding_window = saved
+
+
+@pytest.mark.parametrize("name", ["dflash", "dspark"])
+def test_block_drafters_decode_losslessly(verifier, drafts, name):
+    """``evaluate`` with a block drafter on the tiny Kimi-K2.5: greedy output
+    equals the verifier's own, acceptance length reported; a block asked for
+    more tokens than it proposes is refused, naming the limit."""
+    from speculators_kimi.evaluate.prompts import Prompt
+
+    draft = drafts[name]
+    session = EvaluationSession(draft, verifier)
+    prompts = [
+        Prompt(source=f"p{i}", token_ids=_ids(10 + i, draft.verifier_vocab_size))
+        for i in range(2)
+    ]
+    k = BLOCK - (0 if draft.config.sample_from_anchor else 1)
+    report = session.evaluate(
+        prompts, num_speculative_tokens=k, max_new_tokens=12, progress=False
+    )
+    assert report.lossless, report.mismatched_prompts
+    assert report.mean_acceptance_length >= 1.0
+    assert len(report.acceptance_rate_per_position) == k
+    with pytest.raises(ValueError, match=f"at most {k} tokens"):
+        session.evaluate(
+            prompts, num_speculative_tokens=k + 1, max_new_tokens=4, progress=False
+        )
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "why"),
+    [
+        ("dflash2", "top-K candidate walk"),
+        ("xpress", "Qwen3XPress"),
+        ("peagle", "P-EAGLE"),
+        ("mtp", "MTP layer"),
+    ],
+)
+def test_undecoded_algorithms_are_refused_from_the_config(algorithm, why):
+    with pytest.raises(UnsupportedDraftError, match=why):
+        check_decodable("ckpt", {"speculators_model_type": algorithm})
+    check_decodable("ckpt", {"speculators_model_type": "dspark"})
