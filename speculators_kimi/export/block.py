@@ -171,7 +171,7 @@ def _check_dflash(config: dict[str, Any], algorithm: str) -> None:
 
 #: Fields vLLM reads without upstream's default (written out explicitly), with
 #: upstream's defaults.
-_EXPLICIT = {
+_EXPLICIT: dict[str, dict[str, Any]] = {
     "dflash": {"sample_from_anchor": False, "sliding_window_non_causal": False},
     "dflash2": {
         "sample_from_anchor": False,

@@ -19,13 +19,19 @@ __all__ = ["check_export", "main"]
 
 
 def check_export(request: CheckRequest) -> dict[str, Any]:
-    """The check for the export's layout (speculators format, or native MLA)."""
+    """The check for the export's layout (speculators format: EAGLE-3 or a
+    block drafter; or native MLA)."""
+    from speculators_kimi.export.block import BLOCK_ALGORITHMS
+
+    from .block_layout import check_block_layout
     from .native_mla import check_native_mla
     from .speculators_layout import check_speculators_layout
 
     config = json.loads((Path(request.export) / "config.json").read_text())
-    if "speculators_config" in config:
-        report: dict[str, Any] = check_speculators_layout(request)
+    if config.get("speculators_model_type") in BLOCK_ALGORITHMS:
+        report: dict[str, Any] = check_block_layout(request)
+    elif "speculators_config" in config:
+        report = check_speculators_layout(request)
     else:
         report = check_native_mla(request, config)
     return report
