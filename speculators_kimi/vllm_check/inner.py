@@ -2,7 +2,9 @@
 report (with the check's own memory) as one JSON line on stdout.
 
 ``python -m speculators_kimi.vllm_check.inner ARGS_JSON``: ``ARGS_JSON`` is a
-:class:`.request.CheckRequest` as JSON, as :func:`.cli.run` passes it.
+:class:`.request.CheckRequest` as JSON, as :func:`.cli.run` passes it, or a
+list of them (checked in turn in this one process, vLLM imported once; one JSON
+list of reports), as the tests pass several exports.
 """
 
 from __future__ import annotations
@@ -38,9 +40,13 @@ def check_export(request: CheckRequest) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    report = check_export(CheckRequest(**json.loads(argv[0])))
-    report["memory"] = process_memory()
-    print(json.dumps(report))
+    asked = json.loads(argv[0])
+    reports = []
+    for one in asked if isinstance(asked, list) else [asked]:
+        report = check_export(CheckRequest(**one))
+        report["memory"] = process_memory()
+        reports.append(report)
+    print(json.dumps(reports if isinstance(asked, list) else reports[0]))
     return 0
 
 

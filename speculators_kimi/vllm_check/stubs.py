@@ -199,11 +199,16 @@ def stub_block_drafter() -> None:
 
 
 def init_single_process() -> None:
-    """vLLM's distributed state for one CPU process (gloo, no parallelism)."""
+    """vLLM's distributed state for one CPU process (gloo, no parallelism); once
+    per process (a second check in the same process reuses it)."""
     from vllm.distributed import (
         init_distributed_environment,
         initialize_model_parallel,
     )
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+
+    if model_parallel_is_initialized():
+        return
 
     init_distributed_environment(
         world_size=1,
