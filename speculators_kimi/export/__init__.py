@@ -1,4 +1,4 @@
-"""``speculators-kimi export``: a trained EAGLE-3 checkpoint as vLLM serves it.
+"""``speculators-kimi export``: a trained checkpoint as vLLM serves it.
 
 ``speculators train`` writes a checkpoint that records the verifier by the path
 it was trained from and carries the frozen verifier embedding. vLLM 0.33 reads
@@ -25,12 +25,20 @@ DeepSeek MLA ``config.json`` (:func:`.serving_config.mla_serving_config`,
 dropped. vLLM cannot detect such a directory as a draft by itself, so ``vllm
 serve DIR`` is not a way to serve it.
 
+A block drafter (``dflash``, ``dflash2``, ``dspark``) stays in the speculators
+format, with what vLLM 0.34 would read otherwise than training wrote it settled
+(each layer's causality inside the block, DSpark's head flags) and what it cannot
+serve refused (:mod:`.block`); P-EAGLE and XPress checkpoints are refused with
+vLLM's reason.
+
 The modules, one job each:
 
 * :mod:`.errors`: :class:`ExportError`, the export's one error.
 * :mod:`.hub`: the verifier's Hugging Face Hub id (given, recorded, or found).
 * :mod:`.serving_config`: the ``config.json`` of each layout (speculators format,
   native MLA) and the checkpoint files each carries over.
+* :mod:`.block`: the block drafters' config (causality, explicit defaults) and
+  the algorithms vLLM refuses.
 * :mod:`.weights`: which tensors are served and which are dropped, and why.
 * :mod:`.write`: the output directory checked, written beside it and renamed
   into place.

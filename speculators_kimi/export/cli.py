@@ -60,6 +60,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"exported {source} -> {result.out} (verifier {result.verifier_id})")
     for name, why in result.dropped.items():
         print(f"  dropped {name}: {why}")
+    if result.causality is not None:
+        how = (
+            f"is_causal {str(result.causality.is_causal).lower()}"
+            if result.causality.is_causal is not None
+            else "vLLM's layer-type rule (sliding causal, full bidirectional)"
+        )
+        shown = ", ".join(
+            "causal" if c else "bidirectional" for c in result.causality.layers
+        )
+        print(f"  block causality per layer as trained ({shown}), written as {how}")
+    if result.trained_dtype:
+        print(
+            f"  trained in {result.trained_dtype}; vLLM runs the draft in the "
+            "target's dtype (--dtype of the served model)"
+        )
     if result.layout == "native":
         print(
             f"an MLA draft, written for vLLM's {MLA_ARCHITECTURE} (native layout); "

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..evaluate.epochs import table_choice
 from ..evaluate.profile import check_profile
+from .block import SERVE_METHOD, BlockCausality, block_serving_config, refuse_unservable
 from .errors import ExportError
 from .hub import serving_verifier_id
 from .serving_config import carried_files, layout_of, serving_config
@@ -35,11 +36,18 @@ class ExportResult:
     #: vLLM's ``Eagle3DeepseekV3ForCausalLM``, MLA drafts).
     layout: str = "speculators"
     checkpoint: Path | None = None  # what was exported (an epoch table's pick)
+    #: the vLLM ``method`` it is served under (dflash2 is served as dflash).
+    method: str = "eagle3"
+    #: a block drafter's per-layer causality as trained and as written.
+    causality: BlockCausality | None = None
+    #: the dtype the checkpoint was trained in (vLLM runs it in the target's).
+    trained_dtype: str | None = None
 
 
 def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str, Any]:
-    """The checkpoint's config, once ``checkpoint`` is an EAGLE-3 checkpoint and
-    ``out`` a place the export may be written to."""
+    """The checkpoint's config, once ``checkpoint`` holds a draft vLLM serves
+    (EAGLE-3, DFlash, DFlash2, DSpark) and ``out`` is a place the export may be
+    written to."""
     config_file = checkpoint / "config.json"
     if not config_file.is_file():
         raise ExportError(f"{checkpoint}: no config.json; is it a checkpoint?")
@@ -47,11 +55,7 @@ def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str
         raise ExportError("--out must differ from the checkpoint (it stays as is)")
     check_out(out, overwrite)
     config: dict[str, Any] = json.loads(config_file.read_text())
-    if config.get("speculators_model_type") != "eagle3":
-        raise ExportError(
-            f"{config_file}: speculators_model_type "
-            f"{config.get('speculators_model_type')!r}; export handles eagle3"
-        )
+    refuse_unservable(config.get("speculators_model_type"), str(config_file))
     return config
 
 
@@ -79,7 +83,8 @@ def export_draft(
     profile: str | Path | None = None,
 ) -> ExportResult:
     """Write ``out``: ``checkpoint`` in the form vLLM serves (``vllm serve out``
-    for Llama-style layers; ``--speculative-config`` for MLA layers).
+    for Llama-style EAGLE-3 layers and the block drafters; ``--speculative-config``
+    for MLA layers).
 
     The export is written to a staging directory beside ``out`` and renamed into
     place, so ``out`` is either the previous directory or the whole new export,
@@ -95,8 +100,10 @@ def export_draft(
     epoch it picked is exported.
 
     :raises ExportError: no Hub id for the verifier, ``out`` is the checkpoint or
-        a non-empty directory (without ``overwrite``), or an MLA draft vLLM
-        cannot serve as trained (``norm_before_fc``).
+        a non-empty directory (without ``overwrite``), a draft vLLM cannot serve
+        as trained (an MLA draft with ``norm_before_fc``, a block drafter whose
+        layers' causality or head vLLM cannot express: :mod:`.block`), or an
+        algorithm vLLM refuses (P-EAGLE, XPress).
     """
     from safetensors.torch import load_file
 
@@ -111,12 +118,17 @@ def export_draft(
         verifier_id=verifier_id, recorded=recorded, local=local
     )
     tensors = load_file(str(checkpoint / "model.safetensors"))
-    serving = serving_config(
-        config,
-        verifier_id=hub_id,
-        has_input_norm="input_norm.weight" in tensors,
-        verifier=local,
-    )
+    algorithm = config["speculators_model_type"]
+    causality = None
+    if algorithm in SERVE_METHOD:
+        serving, causality = block_serving_config(config, hub_id)
+    else:
+        serving = serving_config(
+            config,
+            verifier_id=hub_id,
+            has_input_norm="input_norm.weight" in tensors,
+            verifier=local,
+        )
     kept, dropped = served_tensors(
         config, tensors, verifier=local, keep_embeddings=keep_embeddings
     )
@@ -127,4 +139,15 @@ def export_draft(
     write_export(out, kept, serving, carried)
     methods = config["speculators_config"]["proposal_methods"]
     k = int(methods[0]["speculative_tokens"])
-    return ExportResult(out, hub_id, k, sorted(kept), dropped, layout, checkpoint)
+    return ExportResult(
+        out,
+        hub_id,
+        k,
+        sorted(kept),
+        dropped,
+        layout,
+        checkpoint,
+        method=SERVE_METHOD.get(algorithm, "eagle3"),
+        causality=causality,
+        trained_dtype=config.get("dtype") or config.get("torch_dtype"),
+    )

@@ -16,7 +16,7 @@ def launch_commands(result: ExportResult) -> list[str]:
     spec = json.dumps(
         {
             "model": str(result.out.resolve()),
-            "method": "eagle3",
+            "method": result.method,
             "num_speculative_tokens": result.num_speculative_tokens,
         }
     )

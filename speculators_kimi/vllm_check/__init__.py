@@ -1,5 +1,6 @@
-"""``speculators-kimi vllm-check``: an exported EAGLE-3 draft checked with vLLM's
-own code, on CPU, before it is deployed.
+"""``speculators-kimi vllm-check``: an exported draft (EAGLE-3; DFlash, DFlash2 and
+DSpark in :mod:`.block_layout`) checked with vLLM's own code, on CPU, before it is
+deployed.
 
     speculators-kimi vllm-check EXPORT --checkpoint CKPT --verifier VERIFIER \
         [--vllm-version 0.34.0] [--env DIR] [--json OUT]
@@ -77,6 +78,10 @@ The modules, one job each:
 * :mod:`.draft`: building vLLM's draft class, loading an export into it, one step.
 * :mod:`.speculators_layout`: the check of a speculators-format export.
 * :mod:`.native_mla`: the check of a native MLA export (``Eagle3DeepseekV3``).
+* :mod:`.block_layout`: the check of a block drafter's export (dflash, dflash2,
+  dspark: vLLM's ``DFlashQwen3``/``DFlash2Qwen3``/``Qwen3DSpark`` classes, one
+  block step against upstream's training forward; its stand-ins are
+  :data:`.stubs.BLOCK_STUBS`).
 * :mod:`.inner`: what runs in the scratch interpreter (one JSON report).
 * :mod:`.cli`: the ``vllm-check`` command.
 """

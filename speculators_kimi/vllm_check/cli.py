@@ -60,6 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def format_report(report: dict[str, Any]) -> str:
     step = report.get("one_step") or {}
     missing = report.get("parameters_not_loaded") or []
+    causality = report.get("causality")
+    lines = []
+    if causality is not None:
+        lines.append(
+            "block causality per layer: trained "
+            f"{causality['trained']}, vLLM {causality['vllm']}"
+            + ("" if causality["as_trained"] else " (DIFFERENT)")
+        )
     return "\n".join(
         [
             f"vLLM {report['vllm']} ({report['layout']} layout): "
@@ -67,6 +75,7 @@ def format_report(report: dict[str, Any]) -> str:
             f"one step over {step.get('tokens')} tokens: max relative logit "
             f"difference {step.get('max_rel_logit_diff')}, same argmax "
             f"{step.get('same_argmax')}",
+            *lines,
             f"checked in {report['check_seconds']} s",
         ]
     )

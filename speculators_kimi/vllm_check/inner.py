@@ -2,7 +2,9 @@
 report (with the check's own memory) as one JSON line on stdout.
 
 ``python -m speculators_kimi.vllm_check.inner ARGS_JSON``: ``ARGS_JSON`` is a
-:class:`.request.CheckRequest` as JSON, as :func:`.cli.run` passes it.
+:class:`.request.CheckRequest` as JSON, as :func:`.cli.run` passes it, or a
+list of them (checked in turn in this one process, vLLM imported once; one JSON
+list of reports), as the tests pass several exports.
 """
 
 from __future__ import annotations
@@ -19,22 +21,32 @@ __all__ = ["check_export", "main"]
 
 
 def check_export(request: CheckRequest) -> dict[str, Any]:
-    """The check for the export's layout (speculators format, or native MLA)."""
+    """The check for the export's layout (speculators format: EAGLE-3 or a
+    block drafter; or native MLA)."""
+    from speculators_kimi.export.block import BLOCK_ALGORITHMS
+
+    from .block_layout import check_block_layout
     from .native_mla import check_native_mla
     from .speculators_layout import check_speculators_layout
 
     config = json.loads((Path(request.export) / "config.json").read_text())
-    if "speculators_config" in config:
-        report: dict[str, Any] = check_speculators_layout(request)
+    if config.get("speculators_model_type") in BLOCK_ALGORITHMS:
+        report: dict[str, Any] = check_block_layout(request)
+    elif "speculators_config" in config:
+        report = check_speculators_layout(request)
     else:
         report = check_native_mla(request, config)
     return report
 
 
 def main(argv: list[str]) -> int:
-    report = check_export(CheckRequest(**json.loads(argv[0])))
-    report["memory"] = process_memory()
-    print(json.dumps(report))
+    asked = json.loads(argv[0])
+    reports = []
+    for one in asked if isinstance(asked, list) else [asked]:
+        report = check_export(CheckRequest(**one))
+        report["memory"] = process_memory()
+        reports.append(report)
+    print(json.dumps(reports if isinstance(asked, list) else reports[0]))
     return 0
 
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["MLA_STUB", "init_single_process", "stub_attention", "stub_mla_attention"]
+__all__ = [
+    "BLOCK_STUBS",
+    "MLA_STUB",
+    "init_single_process",
+    "stub_attention",
+    "stub_block_drafter",
+    "stub_mla_attention",
+]
 
 
 def stub_attention() -> None:
@@ -94,12 +101,114 @@ def stub_mla_attention() -> None:
     vllm_mla.MLAAttention = SdpaMLAAttention  # type: ignore[misc]
 
 
+#: What the block-drafter path replaces, for the JSON report.
+BLOCK_STUBS = [
+    "vllm.model_executor.models.qwen3_dflash.Attention (paged attention; its "
+    "KV cache and CUDA kernels) -> SDPA over the context K/V that "
+    "precompute_and_store_context_kv stores through attn.impl.do_kv_cache_update "
+    "plus the block's own K/V: every context position visible, the block causal "
+    "or not as the layer's flag from get_draft_attn_causal() (what vLLM's runner "
+    "passes its attention metadata), the layer's sliding window by position",
+    "vllm._custom_ops.rms_norm (torch.ops._C, absent on CPU) in the context-KV "
+    "precompute -> vLLM's own vllm.ir.ops.rms_norm (its native rms_norm), per "
+    "layer for the grouped K-norm's [layers, head_dim] weight",
+    "vllm._custom_ops.rotary_embedding (torch.ops._C) in the context-KV "
+    "precompute -> vLLM's own RotaryEmbedding.forward_static (its native rotary "
+    "embedding), written back in place",
+]
+
+
+def stub_block_drafter() -> None:
+    """vLLM's DFlash-family CUDA-only pieces -> the stand-ins :data:`BLOCK_STUBS`
+    names (the DSpark and DFlash2 classes build on the same module)."""
+    import types
+
+    import torch
+    import vllm.model_executor.models.qwen3_dflash as vllm_dflash
+    from vllm import ir
+    from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+
+    class BlockAttention(torch.nn.Module):
+        def __init__(
+            self,
+            num_heads: int,
+            head_size: int,
+            scale: float,
+            num_kv_heads: int | None = None,
+            per_layer_sliding_window: int | None = None,
+            **_: object,
+        ) -> None:
+            super().__init__()
+            self.heads, self.size, self.scale = num_heads, head_size, scale
+            self.kv_heads = num_kv_heads or num_heads
+            self.window = per_layer_sliding_window
+            self.kv_cache = None
+            # precompute_and_store_context_kv writes through attn.impl (not a
+            # submodule: a module holding itself would loop named_modules).
+            object.__setattr__(self, "impl", self)
+            self.context: tuple[torch.Tensor, torch.Tensor] | None = None
+            self.causal: bool | None = None  # set from get_draft_attn_causal()
+
+        def do_kv_cache_update(self, layer, k, v, kv_cache, slot_mapping):  # type: ignore[no-untyped-def]
+            self.context = (k.clone(), v.clone())
+
+        def forward(self, q, k, v):  # type: ignore[no-untyped-def]
+            assert self.context is not None and self.causal is not None
+            ctx_k, ctx_v = self.context
+            c, n = ctx_k.shape[0], q.shape[0]
+            q = q.view(n, self.heads, self.size).transpose(0, 1)
+            k = torch.cat([ctx_k, k.view(n, self.kv_heads, self.size)])
+            v = torch.cat([ctx_v, v.view(n, self.kv_heads, self.size)])
+            # Context at positions 0..c-1, the block right after it.
+            q_pos = c + torch.arange(n)
+            k_pos = torch.arange(c + n)
+            mask = (k_pos[None, :] < c) | (
+                (k_pos[None, :] <= q_pos[:, None]) if self.causal else True
+            )
+            if self.window:
+                mask = mask & (q_pos[:, None] - k_pos[None, :] < self.window)
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q,
+                k.transpose(0, 1),
+                v.transpose(0, 1),
+                attn_mask=mask,
+                scale=self.scale,
+                enable_gqa=True,
+            )
+            return out.transpose(0, 1).reshape(n, -1)
+
+    def rms_norm(out, x, weight, epsilon):  # type: ignore[no-untyped-def]
+        if weight is not None and weight.dim() == 2:  # one weight per layer
+            for i in range(weight.shape[0]):
+                out[i].copy_(ir.ops.rms_norm(x[i], weight[i], epsilon))
+        else:
+            out.copy_(ir.ops.rms_norm(x, weight, epsilon))
+
+    def rotary_embedding(positions, query, key, head_size, cache, is_neox):  # type: ignore[no-untyped-def]
+        q, k = RotaryEmbedding.forward_static(
+            positions, query, key, head_size, cache.shape[-1], cache, is_neox
+        )
+        query.copy_(q)
+        if key is not None:
+            key.copy_(k)
+
+    vllm_dflash.Attention = BlockAttention  # type: ignore[misc]
+    vllm_dflash.ops = types.SimpleNamespace(  # type: ignore[assignment]
+        rms_norm=rms_norm, rotary_embedding=rotary_embedding
+    )
+
+
 def init_single_process() -> None:
-    """vLLM's distributed state for one CPU process (gloo, no parallelism)."""
+    """vLLM's distributed state for one CPU process (gloo, no parallelism); once
+    per process (a second check in the same process reuses it)."""
     from vllm.distributed import (
         init_distributed_environment,
         initialize_model_parallel,
     )
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+
+    if model_parallel_is_initialized():
+        return
 
     init_distributed_environment(
         world_size=1,

@@ -406,8 +406,9 @@ def test_vllm_check_refuses_a_verifier_too_large_for_the_box(
 
 
 def test_printed_serve_lines_parse_under_vllm_034(tmp_path):
-    """The `vllm serve` lines `export` prints, both layouts, through vLLM 0.34's
-    own `vllm serve` parser (tests/support/vllm_serve_lines_probe.py): each
+    """The `vllm serve` lines `export` prints, both layouts and a block drafter's,
+    through vLLM 0.34's own `vllm serve` parser
+    (tests/support/vllm_serve_lines_probe.py): each
     parses, names the model, and its --speculative-config holds only keys 0.34's
     SpeculativeConfig has. A key 0.34 removed is caught the same way."""
     from speculators_kimi.export.draft import ExportResult
@@ -415,11 +416,13 @@ def test_printed_serve_lines_parse_under_vllm_034(tmp_path):
     from speculators_kimi.vllm_check.env import default_env, ensure_env
 
     out = tmp_path / "serve"
-    lines = [
-        line
+    results = [
+        ExportResult(out, HUB_ID, 3, [], layout=layout)
         for layout in ("speculators", "native")
-        for line in launch_commands(ExportResult(out, HUB_ID, 3, [], layout=layout))
     ]
+    # A block drafter: served under its vLLM method (dflash2 under dflash).
+    results.append(ExportResult(out, HUB_ID, 4, [], method="dspark"))
+    lines = [line for result in results for line in launch_commands(result)]
     removed = '{"model": "x", "method": "eagle3", "disable_padded_drafter_batch": true}'
     lines.append(f"vllm serve {HUB_ID} --speculative-config '{removed}'")
     python = ensure_env(default_env("0.34.0"), "0.34.0")
@@ -430,13 +433,18 @@ def test_printed_serve_lines_parse_under_vllm_034(tmp_path):
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["vllm"] == "0.34.0"
     *ours, control = report["lines"]
-    assert [r["line"] for r in ours] == lines[:-1] and len(ours) == 3
-    assert ours[0]["model"] == str(out.resolve()) and not ours[0]["speculative_config"]
-    for parsed in ours[1:]:
+    assert [r["line"] for r in ours] == lines[:-1] and len(ours) == 5
+    serve_dir = [0, 3]  # `vllm serve DIR`: the verifier comes from the export
+    for i, parsed in enumerate(ours):
+        if i in serve_dir:
+            assert parsed["model"] == str(out.resolve())
+            assert not parsed["speculative_config"]
+            continue
         assert parsed["model"] == HUB_ID and parsed["unknown_keys"] == []
+        method, k = ("dspark", 4) if i == 4 else ("eagle3", 3)
         assert parsed["speculative_config"] == {
             "model": str(out.resolve()),
-            "method": "eagle3",
-            "num_speculative_tokens": 3,
+            "method": method,
+            "num_speculative_tokens": k,
         }
     assert control["unknown_keys"] == ["disable_padded_drafter_batch"]

@@ -1,0 +1,347 @@
+"""The check of a block drafter's export (dflash, dflash2, dspark: speculators
+format, Qwen3 draft layers), with vLLM 0.34's own classes.
+
+vLLM's parser (``SpeculatorsConfig.from_pretrained``) reads the export and names
+the class (``DFlashDraftModel`` -> ``DFlashQwen3ForCausalLM``,
+``DFlash2DraftModel`` -> ``DFlash2Qwen3ForCausalLM``, ``Qwen3DSparkModel`` ->
+``Qwen3DSparkForCausalLM``), which ``ModelRegistry`` resolves as vLLM does. The
+class is built, every parameter NaN-filled, the export loaded through its own
+``load_weights`` and ``process_weights_after_loading``; the embedding (and the
+output head of a full-vocabulary draft) are then shared from the verifier where
+vLLM's own ``_should_share`` says vLLM's loader shares them.
+
+One block step, as vLLM's DFlash/DSpark speculator drives it: the verifier's aux
+states of ``n`` context tokens through ``combine_hidden_states`` and
+``precompute_and_store_context_kv`` (positions ``0..n-1``), then the block
+``[anchor, mask, ...]`` at positions ``n..n+B-1`` through ``forward`` and the
+logits (DFlash: ``compute_logits``; DSpark: ``compute_draft_logits`` plus
+``markov_bias(markov_embed(previous token))``, and ``compute_confidence``). Each
+layer's causality is vLLM's own (``get_draft_attn_causal``), handed to the
+attention as vLLM's runner hands it to the attention metadata.
+
+Ours is the training forward: upstream's ``_backbone_forward`` on the trained
+checkpoint (float32, eager attention, upstream's own anchor-block mask) with the
+one anchor at position ``n`` and the same aux states as its context, plus
+upstream's Markov and confidence heads for DSpark. What is stubbed is listed in
+:data:`.stubs.BLOCK_STUBS`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .draft import aux_source, export_tensors, vllm_version
+from .request import CheckRequest
+from .stubs import BLOCK_STUBS, init_single_process, stub_block_drafter
+
+__all__ = ["check_block_layout", "load_block_ours"]
+
+#: Parsed fields reported (those the draft's math or its serving depend on).
+_PARSED = (
+    "architectures",
+    "draft_vocab_size",
+    "vocab_size",
+    "hidden_size",
+    "head_dim",
+    "num_hidden_layers",
+    "layer_types",
+    "sliding_window",
+    "is_causal",
+    "dflash_config",
+    "target_layer_ids",
+    "eagle_aux_hidden_state_layer_ids",
+    "target_hidden_size",
+    "mask_token_id",
+    "block_size",
+    "sample_from_anchor",
+    "markov_rank",
+    "markov_head_type",
+    "enable_confidence_head",
+    "confidence_head_with_markov",
+)
+
+
+def load_block_ours(request: CheckRequest):  # type: ignore[no-untyped-def]
+    """The trained block drafter in float32 with the verifier's embedding (and
+    head, for a full vocabulary) from ``request.verifier``; eager attention, so
+    the training forward builds upstream's float anchor-block mask."""
+    import torch
+    from speculators import SpeculatorModel, SpeculatorModelConfig
+
+    config = SpeculatorModelConfig.from_pretrained(request.checkpoint)
+    config.speculators_config.verifier.name_or_path = request.verifier
+    config.transformer_layer_config._attn_implementation = "eager"
+    model = SpeculatorModel.from_pretrained(request.checkpoint, config=config)
+    return model.to(torch.float32).eval()
+
+
+def _ours_block(ours, aux, block_ids, prev_ids):  # type: ignore[no-untyped-def]
+    """Upstream's training forward for the one block at position ``n``: its
+    hidden states, draft-vocabulary logits (DSpark: with the Markov bias of
+    ``prev_ids``) and DSpark's confidence probabilities."""
+    import torch
+
+    n, b = aux.shape[0], block_ids.shape[0]
+    total = n + b + 1  # upstream never anchors in the last block_size positions
+    states = torch.zeros(1, total, aux.shape[1])
+    states[0, :n] = aux
+    ids = torch.zeros(1, total, dtype=torch.long)
+    ids[0, n] = block_ids[0]
+    loss_mask = torch.zeros(1, total)
+    loss_mask[0, n] = 1
+    hidden_size = ours.config.transformer_layer_config.hidden_size
+    with torch.no_grad():
+        hidden, logits, _, _, idx = ours._backbone_forward(
+            states,
+            ids,
+            loss_mask,
+            torch.zeros(1, total, hidden_size),
+            torch.zeros(1, total, dtype=torch.long),
+            max_anchors=1,
+        )
+        assert idx.tolist() == list(range(n, n + b)), idx  # the one anchor at n
+        hidden, logits = hidden[0], logits[0]
+        confidence = None
+        head = getattr(ours, "markov_head", None)
+        if head is not None:
+            emb = head.prev_embeddings(prev_ids[None])
+            logits = (
+                logits
+                + head.block_bias(
+                    prev_token_ids=prev_ids[None],
+                    hidden_states=hidden[None],
+                    prev_emb=emb,
+                )[0]
+            )
+            if getattr(ours, "confidence_head", None) is not None:
+                feats = hidden
+                if ours.config.confidence_head_with_markov:
+                    feats = torch.cat([hidden, emb[0]], dim=-1)
+                confidence = torch.sigmoid(ours.confidence_head(feats))
+    return hidden, logits.float(), confidence
+
+
+def _build(hf_config, request: CheckRequest, target_layers: int, target_vocab: int):  # type: ignore[no-untyped-def]
+    """vLLM's draft class for the parsed config, built as its loader builds it
+    (the registry's resolution, its ``VllmConfig`` with the draft's config)."""
+    import types
+
+    import torch
+    from vllm.config import (
+        CompilationConfig,
+        CompilationMode,
+        DeviceConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    config = VllmConfig(
+        device_config=DeviceConfig(device="cpu"),
+        compilation_config=CompilationConfig(
+            mode=CompilationMode.NONE, custom_ops=["none"]
+        ),
+    )
+    spec = json.loads((Path(request.export) / "config.json").read_text())
+    k = int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
+    config.speculative_config = types.SimpleNamespace(  # type: ignore[assignment]
+        draft_model_config=types.SimpleNamespace(
+            hf_config=hf_config,
+            quantization=None,
+            model=request.export,
+            revision=None,
+            get_vocab_size=lambda: hf_config.vocab_size,
+        ),
+        num_speculative_tokens=k,
+        parallel_drafting=True,
+    )
+    config.model_config = types.SimpleNamespace(  # type: ignore[assignment]
+        get_total_num_hidden_layers=lambda: target_layers,
+        get_vocab_size=lambda: target_vocab,
+        # vLLM builds the draft in the target's dtype; float32 here, as ours.
+        dtype=torch.float32,
+        head_dtype=torch.float32,
+        is_moe=False,
+    )
+    with set_current_vllm_config(config):
+        init_single_process()
+        arch = hf_config.architectures[0]
+        picker = types.SimpleNamespace(model_impl="vllm", convert_type="none")
+        cls, _ = ModelRegistry.resolve_model_cls([arch], model_config=picker)
+        draft = cls(vllm_config=config)
+    module = f"{cls.__module__}.{cls.__qualname__}"
+    return draft, config, {"draft_class": arch, "draft_module": module}
+
+
+def _load(draft, config, request: CheckRequest, ours) -> dict:  # type: ignore[no-untyped-def]
+    """NaN-fill, load the export with vLLM's ``load_weights``, post-process, and
+    share the verifier's embedding / head where vLLM's ``_should_share`` does."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.worker.gpu.spec_decode.eagle.utils import _should_share
+
+    inner = draft.model
+    # mask_embedding: a placeholder vLLM's loader skips unless the draft ships a
+    # mask_embedding.pt (DFlash) and never reads for DSpark.
+    skipped = {"model.mask_embedding"}
+    with torch.no_grad():
+        for name, p in draft.named_parameters():
+            if name not in skipped:
+                p.fill_(float("nan")) if p.is_floating_point() else p.fill_(-1)
+    names: list[str] = []
+
+    def stream():  # type: ignore[no-untyped-def]
+        for name, tensor in export_tensors(request.export):
+            names.append(name)
+            yield name, tensor
+
+    with set_current_vllm_config(config):
+        draft.load_weights(stream())
+        draft.process_weights_after_loading()
+    shared = []
+    if _should_share(
+        draft, "has_own_embed_tokens", inner.embed_tokens, ours.embed_tokens
+    ):
+        inner.embed_tokens.weight.data = ours.embed_tokens.weight.detach().clone()
+        shared.append("model.embed_tokens.weight")
+    full_vocab = (
+        draft.config.draft_vocab_size == ours.config.transformer_layer_config.vocab_size
+    )
+    if full_vocab and _should_share(
+        draft, "has_own_lm_head", draft.lm_head, ours.lm_head
+    ):
+        draft.lm_head.weight.data = ours.lm_head.weight.detach().clone()
+        shared.append("lm_head.weight")
+    unloaded = [
+        name
+        for name, p in draft.named_parameters()
+        if name not in skipped
+        and (p.isnan().any() if p.is_floating_point() else (p < 0).all())
+    ]
+    return {
+        "tensors": sorted(names),
+        "shared_from_verifier": shared,
+        "parameters_not_loaded": unloaded,
+        "not_filled_unused_by_vllm": sorted(skipped),
+    }
+
+
+def _vllm_block(draft, config, ctx_aux, block_ids, prev_ids):  # type: ignore[no-untyped-def]
+    """vLLM's block step: context K/V stored, the block run, its logits (draft
+    vocabulary for DSpark, with the Markov bias; the target's for DFlash)."""
+    import torch
+    from vllm.config import set_current_vllm_config
+
+    n, b = ctx_aux.shape[0], block_ids.shape[0]
+    with torch.no_grad(), set_current_vllm_config(config):
+        states = draft.combine_hidden_states(ctx_aux)
+        draft.precompute_and_store_context_kv(states, torch.arange(n), torch.arange(n))
+        hidden = draft(block_ids, torch.arange(n, n + b))
+        confidence = None
+        if hasattr(draft, "markov_embed"):
+            emb = draft.markov_embed(prev_ids)
+            logits = draft.compute_draft_logits(hidden) + draft.markov_bias(emb)
+            if draft.model.confidence_head is not None:
+                confidence = draft.compute_confidence(hidden, emb)
+        else:
+            logits = draft.compute_logits(hidden)
+    return hidden, logits.float(), confidence
+
+
+def _compare(theirs, mine, draft_to_target, vocab: int) -> dict:  # type: ignore[no-untyped-def]
+    import torch
+
+    if theirs.shape[-1] != mine.shape[-1]:  # DFlash: vLLM's over the target vocab
+        full = mine.new_full((mine.shape[0], vocab), float("-inf"))
+        full[:, draft_to_target] = mine
+        mine = full
+    finite = torch.isfinite(mine)
+    diff = float((theirs[finite] - mine[finite]).abs().max())
+    scale = float(mine[finite].abs().max())
+    return {
+        "max_abs_logit_diff": diff,
+        "max_abs_logit": scale,
+        "max_rel_logit_diff": diff / scale if scale else diff,
+        "same_masked_tokens": bool(torch.equal(finite, torch.isfinite(theirs))),
+        "same_argmax": bool(torch.equal(theirs.argmax(-1), mine.argmax(-1))),
+    }
+
+
+def check_block_layout(request: CheckRequest) -> dict[str, Any]:
+    """A block drafter's export as vLLM parses, builds and loads it; one block
+    step against the training forward of the checkpoint."""
+    import gc
+
+    import torch
+    from vllm.transformers_utils.config import maybe_override_with_speculators
+    from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
+
+    report: dict[str, Any] = {"vllm": vllm_version(), "layout": "speculators"}
+    hf_config = SpeculatorsConfig.from_pretrained(request.export)
+    report["parsed"] = {key: getattr(hf_config, key, None) for key in _PARSED}
+    model, tokenizer, spec = maybe_override_with_speculators(
+        request.export, None, False
+    )
+    report["serve"] = {"model": model, "tokenizer": tokenizer, "speculative": spec}
+    try:
+        maybe_override_with_speculators(request.checkpoint, None, False)
+        report["checkpoint_refused"] = None
+    except ValueError as err:
+        report["checkpoint_refused"] = str(err)
+
+    ours = load_block_ours(request)
+    source = aux_source(request, ours.target_layer_ids)
+    report["aux_states"] = type(source).__name__
+    stub_block_drafter()
+    report["stubbed"] = BLOCK_STUBS
+    torch.set_default_dtype(torch.float32)
+
+    b = int(ours.block_size)
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, source.vocab_size, (request.tokens + 1,), generator=gen)
+    n = request.tokens  # context tokens; the next one is the anchor
+    aux = source.states(prompt.tolist()).float()[:n]
+    block_ids = torch.full((b,), int(ours.mask_token_id))
+    block_ids[0] = prompt[n]
+    # DSpark's previous tokens: the anchor, then stand-ins for the drafted ones.
+    prev_ids = torch.cat(
+        [
+            prompt[n : n + 1],
+            torch.randint(0, source.vocab_size, (b - 1,), generator=gen),
+        ]
+    )
+    if not bool(ours.config.sample_from_anchor):
+        prev_ids = torch.cat([prev_ids[:1], prev_ids[:-1]])
+
+    draft, config, built = _build(
+        hf_config, request, source.num_hidden_layers, source.vocab_size
+    )
+    report.update(built)
+    report.update(_load(draft, config, request, ours))
+    vllm_causal = [bool(c) for c in draft.get_draft_attn_causal()]
+    for layer, causal in zip(draft.model.layers, vllm_causal, strict=True):
+        layer.self_attn.attn.causal = causal
+    from speculators_kimi.export.block import trained_causality
+
+    trained = json.loads((Path(request.checkpoint) / "config.json").read_text())
+    report["causality"] = {
+        "trained": list(trained_causality(trained)),
+        "vllm": vllm_causal,
+    }
+    report["causality"]["as_trained"] = report["causality"]["trained"] == vllm_causal
+    _, theirs, their_conf = _vllm_block(draft, config, aux, block_ids, prev_ids)
+    del draft, config
+    gc.collect()
+
+    _, mine, my_conf = _ours_block(ours, aux, block_ids, prev_ids)
+    vocab = torch.arange(ours.draft_vocab_size)
+    d2t = ours.d2t
+    draft_to_target = vocab if d2t is None else vocab + d2t
+    step: dict[str, Any] = {"context_tokens": n, "tokens": b}
+    step.update(_compare(theirs, mine, draft_to_target, source.vocab_size))
+    if their_conf is not None and my_conf is not None:
+        step["max_abs_confidence_diff"] = float((their_conf - my_conf).abs().max())
+    report["one_step"] = step
+    return report

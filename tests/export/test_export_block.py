@@ -1,0 +1,271 @@
+"""`speculators-kimi export` and `vllm-check` for the block drafters (dflash,
+dflash2, dspark), on tiny random-weight drafts of a tiny Llama verifier: what
+the export writes and refuses (in process), then every export checked with vLLM
+0.34's own classes in one scratch-env process (the shared scratch env of
+`test_export.py`), a flipped causality flag included."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import run
+from safetensors.torch import load_file
+
+from speculators_kimi.export import ExportError, export_draft
+from speculators_kimi.export.launch import launch_commands
+
+HUB_ID = "moonshotai/Kimi-K2.5"
+MASK = 5
+BLOCK = 4
+
+#: Each draft: algorithm, layer types (None: all full attention), extra
+#: config, whether it keeps the full vocabulary.
+DRAFTS = {
+    # All full attention: trained bidirectional in the block, while vLLM's DFlash
+    # would read causal = not sliding_window_non_causal = true (the trap).
+    "dflash": ("dflash", None, {"sliding_window_non_causal": False}, True),
+    # Sliding layers trained bidirectional (dflash2's default).
+    "dflash2": ("dflash2", ["sliding_attention"] * 2, {}, True),
+    # A causal sliding layer beside a bidirectional full one, reduced vocabulary.
+    "dspark": ("dspark", ["sliding_attention", "full_attention"], {}, False),
+}
+
+
+def _draft(verifier: Path, out: Path, name: str, vocab: int) -> Path:
+    """A random-weight draft of ``name`` saved as `speculators train` saves it."""
+    from speculators import SpeculatorModel
+    from transformers import Qwen3Config
+
+    algorithm, layer_types, extra, full = DRAFTS[name]
+    layer = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-6,
+        layer_types=layer_types,
+        sliding_window=64 if layer_types else None,
+        use_sliding_window=bool(layer_types),
+    )
+    draft_vocab = vocab if full else vocab // 2
+    t2d = d2t = None
+    if not full:
+        t2d = torch.zeros(vocab, dtype=torch.bool)
+        t2d[::2] = True
+        d2t = torch.arange(draft_vocab) * 2 - torch.arange(draft_vocab)
+    cls = SpeculatorModel.registry[algorithm]  # type: ignore[index]
+    kwargs = dict(
+        verifier_name_or_path=str(verifier),
+        draft_vocab_size=draft_vocab,
+        block_size=BLOCK,
+        mask_token_id=MASK,
+        target_layer_ids=[1, 2, 3],
+        draft_attn_impl="eager",
+        markov_rank=16,
+        selector_rank=8,
+        selector_top_k=4,
+        conv_group_size=8,
+        **extra,
+    )
+    model = cls.from_training_args(layer, t2d=t2d, d2t=d2t, **kwargs)
+    gen = torch.Generator().manual_seed(len(name))
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.startswith(("embed_tokens", "verifier_")) or (
+                full and pname.startswith("lm_head")
+            ):
+                continue
+            base = 1.0 if "norm" in pname else 0.0
+            p.copy_(base + 0.2 * torch.randn(p.shape, generator=gen))
+    ckpt = out / name
+    model.save_pretrained(ckpt)
+    return ckpt
+
+
+@pytest.fixture(scope="module")
+def block_drafts(tmp_path_factory) -> dict[str, Path]:
+    """A tiny Llama verifier (``"verifier"``) and one draft of each block
+    drafter for it (see :data:`DRAFTS`)."""
+    from speculators_kimi.tiny_verifier import TinyVerifierSpec, build_verifier
+
+    root = tmp_path_factory.mktemp("block-drafts")
+    spec = TinyVerifierSpec(
+        hidden_size=32, intermediate_size=64, num_layers=4, num_words=56, num_samples=2
+    )
+    verifier = build_verifier(spec, root / "verifier")
+    drafts = {name: _draft(verifier, root, name, spec.vocab_size) for name in DRAFTS}
+    return {"verifier": Path(verifier), **drafts}
+
+
+def _edited(ckpt: Path, dest: Path, **changes: object) -> Path:
+    """A copy of ``ckpt`` with top-level config fields changed."""
+    dest.mkdir()
+    for item in ckpt.iterdir():
+        (dest / item.name).write_bytes(item.read_bytes())
+    config = json.loads((dest / "config.json").read_text())
+    config.update(changes)
+    (dest / "config.json").write_text(json.dumps(config))
+    return dest
+
+
+def test_block_exports_write_what_vllm_reads_and_refuse_what_it_cannot(
+    block_drafts, tmp_path
+):
+    out = {}
+    for name in DRAFTS:
+        result = export_draft(block_drafts[name], tmp_path / name, verifier_id=HUB_ID)
+        assert result.causality is not None
+        out[name] = result
+        config = json.loads((tmp_path / name / "config.json").read_text())
+        assert config["speculators_config"]["verifier"]["name_or_path"] == HUB_ID
+        assert config["aux_hidden_state_layer_ids"] == [1, 2, 3]
+        assert config["mask_token_id"] == MASK
+        assert config["transformer_layer_config"]["head_dim"] == 8
+        tensors = load_file(tmp_path / name / "model.safetensors")
+        assert "t2d" not in tensors and "embed_tokens.weight" not in tensors
+        assert ("d2t" in tensors) == (name == "dspark")
+        assert ("lm_head.weight" in tensors) == (name == "dspark")  # reduced vocab
+        layer = config["transformer_layer_config"]
+        if name == "dspark":
+            # Causal sliding + bidirectional full: vLLM's DSpark layer-type rule.
+            assert result.causality.layers == (True, False)
+            assert "is_causal" not in layer
+            assert config["sample_from_anchor"] is True
+            assert config["enable_confidence_head"] is True
+            assert config["confidence_head_with_markov"] is True
+        else:
+            assert result.causality.layers == (False, False)
+            assert layer["is_causal"] is False
+    # dflash2 is served under vLLM's method dflash.
+    assert [out[n].method for n in DRAFTS] == ["dflash", "dflash", "dspark"]
+    spec = json.loads(launch_commands(out["dflash2"])[1].split("'")[1])
+    assert spec["method"] == "dflash" and spec["num_speculative_tokens"] == BLOCK - 1
+
+    def refused(name: str, **changes: object) -> str:
+        copy = _edited(block_drafts[name], tmp_path / f"bad-{len(tried)}", **changes)
+        tried.append(copy)
+        with pytest.raises(ExportError) as err:
+            export_draft(copy, tmp_path / "never", verifier_id=HUB_ID)
+        assert not (tmp_path / "never").exists()
+        return str(err.value)
+
+    tried: list[Path] = []
+    layer = json.loads((block_drafts["dflash"] / "config.json").read_text())[
+        "transformer_layer_config"
+    ]
+    mixed = dict(
+        layer,
+        layer_types=["sliding_attention", "full_attention"],
+        sliding_window=64,
+        use_sliding_window=True,
+    )
+    assert "vLLM 0.34's DFlash gives every layer one causality" in refused(
+        "dflash", transformer_layer_config=mixed
+    )
+    assert "P-EAGLE (parallel drafting EAGLE-3) is not supported." in refused(
+        "dflash", speculators_model_type="peagle"
+    )
+    assert "native full-vocabulary Qwen3XPress layout" in refused(
+        "dflash", speculators_model_type="xpress"
+    )
+    assert "only the vanilla Markov head" in refused("dspark", markov_head_type="gated")
+    assert "only the vanilla Markov head" in refused(
+        "dspark",
+        markov_rank=0,
+        markov_head_type="vanilla",
+        enable_confidence_head=False,
+    )
+    assert "sample_from_anchor=True is not supported for DFlash" in refused(
+        "dflash", sample_from_anchor=True
+    )
+
+
+@pytest.mark.slow
+def test_vllm_loads_block_exports_and_catches_a_flipped_causal_flag(
+    block_drafts, tmp_path
+):
+    """vLLM 0.34's own DFlash, DFlash2 and DSpark classes on CPU, every export in
+    one scratch-env process: each loads fully and its block step matches the
+    training forward; the dflash export with its causality flipped (vLLM's
+    default reading of the checkpoint, causal) does not."""
+    from speculators_kimi.vllm_check.env import default_env, ensure_env
+    from speculators_kimi.vllm_check.request import CheckRequest
+
+    requests = []
+    for name in DRAFTS:
+        export_draft(block_drafts[name], tmp_path / name, verifier_id=HUB_ID)
+        requests.append(
+            CheckRequest(
+                str(tmp_path / name),
+                str(block_drafts[name]),
+                str(block_drafts["verifier"]),
+                tokens=12,
+            )
+        )
+    flipped = tmp_path / "flipped"
+    flipped.mkdir()
+    for item in (tmp_path / "dflash").iterdir():
+        (flipped / item.name).write_bytes(item.read_bytes())
+    config = json.loads((flipped / "config.json").read_text())
+    config["transformer_layer_config"].pop("is_causal")  # as the checkpoint reads
+    (flipped / "config.json").write_text(json.dumps(config))
+    requests.append(
+        CheckRequest(
+            str(flipped),
+            str(block_drafts["dflash"]),
+            str(block_drafts["verifier"]),
+            tokens=12,
+        )
+    )
+
+    python = ensure_env(default_env("0.34.0"), "0.34.0")
+    inner = [str(python), "-m", "speculators_kimi.vllm_check.inner"]
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = run(
+        [*inner, json.dumps([asdict(r) for r in requests])], env=offline, timeout=600
+    )
+    reports = json.loads(proc.stdout.strip().splitlines()[-1])
+    *good, flip = reports
+    classes = [
+        "qwen3_dflash.DFlashQwen3ForCausalLM",
+        "qwen3_dflash2.DFlash2Qwen3ForCausalLM",
+        "qwen3_dspark.Qwen3DSparkForCausalLM",
+    ]
+    for name, report, cls in zip(DRAFTS, good, classes, strict=True):
+        assert report["vllm"] == "0.34.0", name
+        assert report["draft_module"].endswith(cls), name
+        assert report["parameters_not_loaded"] == [], name
+        assert report["aux_states"] == "VerifierAux"
+        assert report["causality"]["as_trained"], (name, report["causality"])
+        step = report["one_step"]
+        assert step["max_abs_logit_diff"] < 1e-4, (name, step)
+        assert step["same_argmax"] and step["same_masked_tokens"], name
+        assert report["serve"]["model"] == HUB_ID
+    dflash, dflash2, dspark = good
+    assert dflash2["serve"]["speculative"]["method"] == "dflash"
+    assert dspark["serve"]["speculative"]["method"] == "dspark"
+    # Full vocabulary: vLLM shares the verifier's embedding and head; reduced:
+    # the embedding only (the draft's own head and d2t load from the export).
+    assert dflash["shared_from_verifier"] == [
+        "model.embed_tokens.weight",
+        "lm_head.weight",
+    ]
+    assert dspark["shared_from_verifier"] == ["model.embed_tokens.weight"]
+    assert dspark["parsed"]["is_causal"] is None
+    assert dspark["causality"]["vllm"] == [True, False]
+    assert dspark["one_step"]["max_abs_confidence_diff"] < 1e-5
+    assert dflash["parsed"]["is_causal"] is False
+    assert dflash["parsed"]["dflash_config"]["target_layer_ids"] == [0, 1, 2]
+    assert any("rms_norm" in s for s in dflash["stubbed"])
+    # Without the export's is_causal, vLLM reads the dflash draft as causal.
+    assert flip["causality"]["vllm"] == [True, True]
+    assert not flip["causality"]["as_trained"]
+    assert flip["one_step"]["max_abs_logit_diff"] > 1e-2, flip["one_step"]
