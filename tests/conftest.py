@@ -94,7 +94,8 @@ def trained_demo(tmp_path_factory) -> dict:
 def trained_mla_demo(tmp_path_factory) -> dict:
     """A small demo with an MLA draft (`--draft-arch deepseek_v3`: DeepSeek-V3
     latent attention layers; 40 conversations, 4 steps), trained by `speculators
-    train --draft-attn-impl triton` (our kernels, in the Triton interpreter): its
+    train --draft-attn-impl triton` (our kernels, in the Triton interpreter), and
+    a DSpark draft beside it on the same data (`--block-drafter dspark`): its
     report."""
     from speculators_kimi.demo import DemoSettings, run_demo
 
@@ -106,6 +107,7 @@ def trained_mla_demo(tmp_path_factory) -> dict:
         max_steps=4,
         draft_arch="deepseek_v3",
         extra_train_args=["--draft-attn-impl", "triton"],
+        block_drafter="dspark",
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TRITON_INTERPRET", "1")

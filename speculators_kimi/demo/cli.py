@@ -29,6 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="draft decoder layers: llama, or deepseek_v3 (MLA, with the verifier's "
         "latent attention geometry)",
     )
+    parser.add_argument(
+        "--block-drafter",
+        choices=("dspark", "dflash"),
+        default=None,
+        help="also train this block drafter on the same data and report its "
+        "acceptance length beside the EAGLE-3 draft's",
+    )
     parser.add_argument("--fresh", action="store_true", help="ignore finished stages")
     add_json_argument(parser)
 

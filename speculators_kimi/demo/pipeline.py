@@ -81,6 +81,18 @@ def _stage_cache(ctx: DemoContext) -> StageCache:
             ),
             Stage("train", train_inputs, (paths.run_dir,), partial(stages.train, ctx)),
             Stage("acceptance", acceptance_inputs, (), partial(stages.acceptance, ctx)),
+            Stage(
+                "block-drafter",
+                {
+                    **train_inputs,
+                    **acceptance_inputs,
+                    "algorithm": s.block_drafter,
+                    "block_size": s.block_size,
+                    "block_layers": s.block_layers,
+                },
+                (paths.block_dir,),
+                partial(stages.block_drafter, ctx),
+            ),
         ],
         say=_say,
     )
@@ -122,6 +134,7 @@ def _report(
         .get("verifier", {})
         .get("architectures"),
         "acceptance": info_al,
+        "block_drafter": results.get("block-drafter"),
         "seconds": round(time.perf_counter() - t_start, 1),
     }
 
@@ -142,7 +155,8 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
         conversations=load_conversations(s.num_samples),
     )
     t_start = time.perf_counter()
-    results = _stage_cache(ctx).run_all("acceptance" if s.train else "hidden-states")
+    last = "block-drafter" if s.block_drafter else "acceptance"
+    results = _stage_cache(ctx).run_all(last if s.train else "hidden-states")
     if not s.train:
         return {
             "out": str(paths.out),

@@ -34,11 +34,37 @@ def _acceptance_lines(al: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _block_lines(block: dict[str, Any] | None) -> list[str]:
+    """The block drafter's run and acceptance length (``--block-drafter``)."""
+    if not block:
+        return []
+    name = _NAMES.get(block["algorithm"], block["algorithm"])
+    losses = block.get("losses") or []
+    first, last = (losses[0], losses[-1]) if losses else (None, None)
+    r = block["trained"]
+    rates = ", ".join(f"{x:.2f}" for x in r["acceptance_rate_per_position"])
+    return [
+        f"  {name:<12} {block['checkpoint']} (train loss {_num(first)} -> "
+        f"{_num(last)} over {len(losses)} steps)",
+        f"  AL (K={r['num_speculative_tokens']})   "
+        f"{r['mean_acceptance_length']:.3f} {name} trained, greedy (marginal per "
+        f"position {rates}; {r['num_prompts']} held-out prompts; lossless "
+        f"{r['lossless']})",
+    ]
+
+
+_NAMES = {"dspark": "DSpark", "dflash": "DFlash"}
+
+
 def format_report(r: dict[str, Any]) -> str:
     """``run_demo``'s report as the lines ``speculators-kimi demo`` prints."""
+    block = r.get("block_drafter")
+    title = "EAGLE-3" + (
+        f" and {_NAMES.get(block['algorithm'], block['algorithm'])}" if block else ""
+    )
     return "\n".join(
         [
-            "EAGLE-3 demo on a tiny Kimi-K2.5-shaped verifier",
+            f"{title} demo on a tiny Kimi-K2.5-shaped verifier",
             f"  verifier     {r['verifier']}",
             f"  data         {r['data']} ({r['samples']} samples, aux layers "
             f"{r['target_layer_ids']})",
@@ -51,6 +77,7 @@ def format_report(r: dict[str, Any]) -> str:
             f"  held-out     loss {_num(r['val_loss'])}, step-0 draft accuracy "
             f"{_num(r['val_step0_accuracy'])}",
             *_acceptance_lines(r.get("acceptance") or {}),
+            *_block_lines(block),
             f"  wall time    {r['seconds']} s (this invocation)",
         ]
     )

@@ -25,6 +25,7 @@ __all__ = [
     "DemoContext",
     "DemoPaths",
     "acceptance",
+    "block_drafter",
     "build_data",
     "build_verifier",
     "hidden_states",
@@ -46,12 +47,18 @@ class DemoPaths:
     replies: Path
     data: Path
     run_dir: Path
+    block_dir: Path  # the block drafter's run (``--block-drafter``)
 
     @classmethod
     def under(cls, out: Path) -> DemoPaths:
         """The stages' paths below ``out``."""
         return cls(
-            out, out / "verifier", out / "replies.jsonl", out / "data", out / "run"
+            out,
+            out / "verifier",
+            out / "replies.jsonl",
+            out / "data",
+            out / "run",
+            out / "run-block",
         )
 
 
@@ -129,13 +136,17 @@ def hidden_states(ctx: DemoContext) -> dict[str, Any]:
     return {"written": res.written, "target_layer_ids": res.target_layer_ids}
 
 
-def train_argv(verifier: Path, data: Path, run_dir: Path, s: DemoSettings) -> list[str]:
-    """``speculators train`` arguments (after the ``speculators train`` words)."""
+def train_argv(
+    verifier: Path, data: Path, run_dir: Path, s: DemoSettings, block: bool = False
+) -> list[str]:
+    """``speculators train`` arguments (after the ``speculators train`` words):
+    the EAGLE-3 draft's, or (``block``) the block drafter's."""
     from ..tiny_verifier.train import TrainArgs, train_args
 
     # The step cap comes after the draft vocabulary, where the demo's command
     # line has always had it (the train stage records that line).
     cap = [] if s.max_steps is None else ["--max-steps", str(s.max_steps)]
+    shape = ["--block-size", str(s.block_size), "--num-layers", str(s.block_layers)]
     return train_args(
         TrainArgs(
             verifier=verifier,
@@ -143,27 +154,40 @@ def train_argv(verifier: Path, data: Path, run_dir: Path, s: DemoSettings) -> li
             save_dir=run_dir,
             total_seq_len=s.total_seq_len,
             epochs=s.epochs,
-            draft_arch=s.draft_arch,
+            draft_arch=None if block else s.draft_arch,
+            speculator_type=(s.block_drafter or "dspark") if block else "eagle3",
             train_data_ratio=s.train_data_ratio,
             lr=s.lr,
             scheduler_type="none",
             log_freq=1,
             draft_vocab_size=s.draft_vocab_size or None,
-            extra=(*cap, *s.extra_train_args),
+            extra=(*cap, *shape) if block else (*cap, *s.extra_train_args),
         )
     )
+
+
+def _train(argv: list[str], run_dir: Path) -> dict[str, Any]:
+    """Upstream's ``speculators train ARGV``, logged under ``run_dir``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    speculators = str(Path(sys.executable).parent / "speculators")
+    cmd = [speculators, "train", *argv]
+    text = stream(cmd, run_dir / "train.log")
+    losses = [float(x) for x in _LOSS.findall(text)]
+    return {"losses": losses, "command": shlex.join(cmd)}
 
 
 def train(ctx: DemoContext) -> dict[str, Any]:
     """``train``: upstream's ``speculators train``, its losses from its log."""
     paths = ctx.paths
-    paths.run_dir.mkdir(parents=True, exist_ok=True)
-    speculators = str(Path(sys.executable).parent / "speculators")
     argv = train_argv(paths.verifier, paths.data, paths.run_dir, ctx.settings)
-    cmd = [speculators, "train", *argv]
-    text = stream(cmd, paths.run_dir / "train.log")
-    losses = [float(x) for x in _LOSS.findall(text)]
-    return {"losses": losses, "command": shlex.join(cmd)}
+    return _train(argv, paths.run_dir)
+
+
+def _eval_settings(s: DemoSettings) -> dict[str, int]:
+    return {
+        "num_speculative_tokens": s.eval_speculative_tokens,
+        "max_new_tokens": s.eval_new_tokens,
+    }
 
 
 def acceptance(ctx: DemoContext) -> dict[str, Any]:
@@ -176,10 +200,7 @@ def acceptance(ctx: DemoContext) -> dict[str, Any]:
     ckpt = last_checkpoint(paths.run_dir / "checkpoints")
     session = load_session(ckpt, paths.verifier, dtype="float32", device="cpu")
     prompts = dataset_prompts(paths.data, train_data_ratio=s.train_data_ratio)
-    settings = {
-        "num_speculative_tokens": s.eval_speculative_tokens,
-        "max_new_tokens": s.eval_new_tokens,
-    }
+    settings = _eval_settings(s)
     results = {
         "trained": session.evaluate(prompts, **settings),
         "untrained": session.with_draft(untrained_copy(session.draft)).evaluate(
@@ -188,3 +209,24 @@ def acceptance(ctx: DemoContext) -> dict[str, Any]:
         "trained_t1": session.evaluate(prompts, temperature=1.0, **settings),
     }
     return {name: r.as_dict() for name, r in results.items()}
+
+
+def block_drafter(ctx: DemoContext) -> dict[str, Any]:
+    """``block-drafter``: the block drafter (``--block-drafter``) trained by
+    ``speculators train`` on the same data, then decoding the same held-out
+    prompts as the EAGLE-3 draft."""
+    from ..evaluate import dataset_prompts, load_session
+
+    s, paths = ctx.settings, ctx.paths
+    argv = train_argv(paths.verifier, paths.data, paths.block_dir, s, block=True)
+    result = _train(argv, paths.block_dir)
+    ckpt = last_checkpoint(paths.block_dir / "checkpoints")
+    session = load_session(ckpt, paths.verifier, dtype="float32", device="cpu")
+    prompts = dataset_prompts(paths.data, train_data_ratio=s.train_data_ratio)
+    report = session.evaluate(prompts, **_eval_settings(s))
+    return {
+        **result,
+        "algorithm": s.block_drafter,
+        "checkpoint": str(ckpt),
+        "trained": report.as_dict(),
+    }

@@ -28,6 +28,7 @@ class TrainArgs:
     total_seq_len: int
     epochs: int
     draft_arch: str | None = None
+    speculator_type: str = "eagle3"
     train_data_ratio: float | None = None
     max_steps: int | None = None
     lr: float | None = None
@@ -51,7 +52,7 @@ def train_args(run: TrainArgs) -> list[str]:
         "--data-path",
         str(run.data),
         "--speculator-type",
-        "eagle3",
+        run.speculator_type,
         *_flag("--draft-arch", run.draft_arch),
         "--total-seq-len",
         str(run.total_seq_len),

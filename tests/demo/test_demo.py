@@ -22,6 +22,7 @@ from speculators_kimi.demo import (
     load_conversations,
     run_demo,
 )
+from speculators_kimi.demo.report import format_report
 from speculators_kimi.tiny_verifier import KIMI_ARCHITECTURE, TEXT_PREFIX, KimiTinySpec
 
 
@@ -74,6 +75,30 @@ def test_demo_end_to_end(trained_demo):
         if draft_key == "verifier_lm_head.weight":  # the draft vocabulary's rows
             want = want[state["t2d"]]
         assert torch.equal(state[draft_key], want), draft_key
+
+
+def test_the_demo_trains_a_dspark_draft_beside_eagle3(trained_mla_demo):
+    """`--block-drafter dspark`: upstream's trainer builds a DSpark draft on the
+    same data, `evaluate` decodes the same held-out prompts with it losslessly,
+    and the report prints its acceptance length beside the EAGLE-3 draft's."""
+    block = trained_mla_demo["block_drafter"]
+    assert block["algorithm"] == "dspark"
+    assert len(block["losses"]) == 4, block["command"]
+    config = json.loads((Path(block["checkpoint"]) / "config.json").read_text())
+    assert config["speculators_model_type"] == "dspark"
+    assert config["block_size"] == 4
+    result = block["trained"]
+    assert result["lossless"] is True
+    assert result["num_speculative_tokens"] == 3
+    assert result["mean_acceptance_length"] >= 1.0
+    assert (
+        result["num_prompts"]
+        == trained_mla_demo["acceptance"]["trained"]["num_prompts"]
+    )
+    text = format_report(trained_mla_demo)
+    assert text.startswith("EAGLE-3 and DSpark demo")
+    al = f"{result['mean_acceptance_length']:.3f} DSpark trained, greedy"
+    assert al in text
 
 
 def test_demo_rerun_reuses_then_redoes_training(trained_demo, tmp_path):
