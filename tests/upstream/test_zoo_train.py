@@ -141,12 +141,15 @@ def _train_step_in_process(argv: list[str]) -> torch.nn.Module:
     process, through upstream's own functions in `main`'s order: resolve the
     config, substitute CPU implementations, read the vocabulary mappings, build
     the draft (verifier weights loaded), load the data, one forward and backward.
-    Returns the draft with its gradients."""
+    Returns the draft with its gradients. The batch is preprocessed as `main`
+    does for the speculator type (EAGLE-3 and P-EAGLE shift it, MTP renames the
+    states, the DFlash family takes it as it is)."""
     import argparse
 
     from hs_connectors import HiddenStatesBackend
     from speculators.model import SpeculatorModel
     from speculators.models.eagle3.data import shift_batch
+    from speculators.models.mtp.data import shift_batch_mtp
     from speculators.train import cli
     from speculators.train.config import TrainConfig
     from speculators.train.dataloader import create_train_val_loaders
@@ -175,7 +178,11 @@ def _train_step_in_process(argv: list[str]) -> torch.nn.Module:
         num_target_layers=len(draft.target_layer_ids),
         num_workers=0,
         prefetch_factor=None,
-        preprocess=shift_batch,
+        preprocess={
+            "eagle3": shift_batch,
+            "peagle": shift_batch,
+            "mtp": shift_batch_mtp,
+        }.get(args.speculator_type),
         train_data_ratio=args.train_data_ratio,
         seed=args.seed,
     )
