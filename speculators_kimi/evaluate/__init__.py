@@ -13,6 +13,7 @@ per forward, come from :mod:`speculators_kimi.verifier`, which
 * :mod:`.draft`: an EAGLE-3 draft run step by step over its KV cache.
 * :mod:`.block_draft`: a DFlash or DSpark draft proposing one block per round.
 * :mod:`.algorithms`: which drafts are decoded, and the strategy for each.
+* :mod:`.vocab`: a draft's vocabulary in the verifier's; the token it proposes.
 * :mod:`.decode`: one prompt's speculative (and plain greedy) decoding, with the
   draft's strategy proposing.
 * :mod:`.prompts`: prompts from a prepared dataset or a conversations JSONL.

@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from .vocab import DraftVocabulary
+
 __all__ = ["BlockDraftRunner"]
 
 #: Attention used for decoding: exact, any device.
@@ -55,11 +57,7 @@ class BlockDraftRunner:
         self.markov_head = getattr(model, "markov_head", None)
         self.cache = DynamicCache()
         self.dtype = next(model.fc.parameters()).dtype
-        vocab = torch.arange(model.draft_vocab_size, device=self.device)
-        d2t = model.d2t
-        #: target-vocabulary id of each draft id (``d2t`` holds offsets).
-        self.draft_to_target = vocab if d2t is None else vocab + d2t.to(self.device)
-        self.target_vocab_size = int(config.transformer_layer_config.vocab_size)
+        self.vocab = DraftVocabulary(model, self.device)
 
     @property
     def length(self) -> int:
@@ -169,20 +167,8 @@ class BlockDraftRunner:
             row = logits[slot]
             if self.markov_head is not None:
                 row = row + self._markov_bias(hidden, block_tokens, slot)
-            if temperature <= 0:
-                draft_id = int(torch.argmax(row))
-                dists.append(None)
-            else:
-                q = torch.softmax(row / temperature, dim=-1)
-                draft_id = int(torch.multinomial(q.cpu(), 1, generator=gen))
-                dists.append(self.target_probs(q))
-            token = int(self.draft_to_target[draft_id])
+            token, q = self.vocab.choose(row, temperature, gen)
             proposed.append(token)
+            dists.append(q)
             block_tokens.append(token)
         return proposed, dists
-
-    def target_probs(self, draft_probs: torch.Tensor) -> torch.Tensor:
-        """Draft-vocabulary probabilities spread over the target vocabulary."""
-        out = draft_probs.new_zeros(*draft_probs.shape[:-1], self.target_vocab_size)
-        out[..., self.draft_to_target] = draft_probs
-        return out

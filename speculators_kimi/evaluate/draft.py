@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import DynamicCache
 
+from .vocab import DraftVocabulary
+
 if TYPE_CHECKING:
     from speculators.models.eagle3 import Eagle3DraftModel
 
@@ -41,11 +43,8 @@ class DraftRunner:
         self.cache = DynamicCache()
         self.positions = torch.empty(0, dtype=torch.long, device=self.device)
         self.dtype = next(model.fc.parameters()).dtype
-        vocab = torch.arange(model.draft_vocab_size, device=self.device)
-        d2t = model.d2t
-        #: target-vocabulary id of each draft id (``d2t`` holds offsets).
-        self.draft_to_target = vocab if d2t is None else vocab + d2t.to(self.device)
-        self.target_vocab_size = int(tl_config.vocab_size)
+        self.vocab = DraftVocabulary(model, self.device)
+        self.draft_to_target = self.vocab.draft_to_target
 
     @property
     def length(self) -> int:
@@ -111,15 +110,9 @@ class DraftRunner:
         dists: list[torch.Tensor | None] = []
         position = first_position + tokens.shape[0]
         for i in range(k):
-            if temperature <= 0:
-                draft_id = int(torch.argmax(last))
-                dists.append(None)
-            else:
-                q = torch.softmax(last / temperature, dim=-1)
-                draft_id = int(torch.multinomial(q.cpu(), 1, generator=gen))
-                dists.append(self.target_probs(q))
-            token = int(self.draft_to_target[draft_id])
+            token, q = self.vocab.choose(last, temperature, gen)
             proposed.append(token)
+            dists.append(q)
             if i + 1 < k:
                 ids = torch.tensor([token], device=self.device)
                 state, logit_seq = self.step(ids, state, position)
@@ -164,13 +157,6 @@ class DraftRunner:
         else:
             logits = m.lm_head(m.norm(hs))
         return hs[0], logits[0].float()
-
-    def target_probs(self, draft_probs: torch.Tensor) -> torch.Tensor:
-        """Draft-vocabulary probabilities ``[..., draft_vocab]`` spread over the
-        target vocabulary (0 outside the draft vocabulary)."""
-        out = draft_probs.new_zeros(*draft_probs.shape[:-1], self.target_vocab_size)
-        out[..., self.draft_to_target] = draft_probs
-        return out
 
 
 def untrained_copy(model: Eagle3DraftModel, seed: int = 0) -> Eagle3DraftModel:

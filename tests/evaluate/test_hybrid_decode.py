@@ -47,31 +47,34 @@ def verifier(request, tmp_path_factory) -> tuple[CausalVerifier, list[int]]:
 
 
 class PlantedDraft:
-    """A stand-in ``DraftRunner``: proposes ``truth[i]`` for context index ``i``,
-    except at the indices in ``wrong`` (one more, modulo the vocabulary)."""
+    """A stand-in draft (the decode loop's ``Drafter``): proposes ``truth[i]``
+    for context index ``i``, except at the indices in ``wrong`` (one more,
+    modulo the vocabulary)."""
 
     def __init__(self, truth: Sequence[int], wrong: set[int], vocab: int) -> None:
         self.truth, self.wrong, self.vocab = list(truth), wrong, vocab
         self.device = torch.device("cpu")
-        self.draft_to_target = torch.arange(vocab)
 
     def reset(self) -> None: ...
 
     def crop(self, length: int) -> None: ...
 
-    def project(self, aux: torch.Tensor) -> torch.Tensor:
-        return aux
-
-    def step(
-        self, tokens: torch.Tensor, states: torch.Tensor, first_position: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        index = first_position + tokens.shape[0]  # the context index it predicts
-        want = self.truth[index] if index < len(self.truth) else 0
-        if index in self.wrong:
-            want = (want + 1) % self.vocab
-        logits = torch.full((tokens.shape[0], self.vocab), -1e9)
-        logits[-1, want] = 0.0
-        return states[-1:].expand(tokens.shape[0], -1), logits
+    def propose(
+        self,
+        context: Sequence[int],
+        aux: torch.Tensor,
+        committed: int,
+        k: int,
+        temperature: float,
+        gen: torch.Generator,
+    ) -> tuple[list[int], list[torch.Tensor | None]]:
+        proposed = []
+        for index in range(len(context), len(context) + k):
+            want = self.truth[index] if index < len(self.truth) else 0
+            if index in self.wrong:
+                want = (want + 1) % self.vocab
+            proposed.append(want)
+        return proposed, [None] * k
 
 
 def _crop_only(
