@@ -1,7 +1,7 @@
 """Which drafts ``evaluate`` decodes, and the strategy that proposes for each.
 
-EAGLE-3 chains one token per draft step (:class:`.draft.DraftRunner`); DFlash
-and DSpark propose a block per round (:class:`.block_draft.BlockDraftRunner`).
+EAGLE-3 chains one token per draft step (:class:`.draft.DraftRunner`); DFlash,
+DFlash2 and DSpark propose a block per round (:class:`.block_draft.BlockDraftRunner`).
 The others are refused before any tensor is loaded, with the reason.
 """
 
@@ -26,13 +26,11 @@ __all__ = [
 ]
 
 #: The block drafters, decoded as vLLM 0.34 decodes them (anchor + mask block).
-BLOCK_ALGORITHMS = ("dflash", "dspark")
+BLOCK_ALGORITHMS = ("dflash", "dflash2", "dspark")
 DECODED = ("eagle3", *BLOCK_ALGORITHMS)
 
 #: Why a draft of this algorithm is not decoded, and what to do instead.
 _REFUSED = {
-    "dflash2": "DFlash2's convolution and top-K candidate walk are not "
-    "decoded yet; evaluate a dflash or dspark draft",
     "xpress": "vLLM 0.34 serves XPress only in its native full-vocabulary "
     "Qwen3XPress layout, not this speculators layout",
     "peagle": "vLLM 0.34 does not serve it ('P-EAGLE (parallel drafting "

@@ -1,4 +1,5 @@
-"""A DFlash or DSpark draft proposing one block per round, as vLLM 0.34 runs it.
+"""A DFlash, DFlash2 or DSpark draft proposing one block per round, as vLLM 0.34
+runs it.
 
 Training (upstream's ``_backbone_forward``) picks an anchor position ``p`` and
 runs a block of ``block_size`` query slots, ``[x[p], mask, mask, ...]`` at
@@ -15,9 +16,10 @@ verifier's bonus token, whose aux state does not exist yet):
 Each proposal is the argmax of the slot's logits (greedy) or a sample of their
 softmax; DSpark adds its Markov bias from the token before the proposed one (the
 anchor, then the previous proposal), computed by the draft's own head exactly as
-training computes it for those tokens. The context's K/V are cached across
-rounds (they depend only on the aux states); the block's are dropped after each
-round.
+training computes it for those tokens; DFlash2 walks its candidates: the slot's
+top-K, rescored by its selector from the token before. The context's K/V are
+cached across rounds (they depend only on the aux states); the block's are
+dropped after each round.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class BlockDraftRunner:
     """Block proposals of a DFlash-family draft (one sequence at a time).
 
     :param model: the trained draft (``SpeculatorModel.from_pretrained``): a
-        ``DFlashDraftModel`` or ``DSparkDraftModel``.
+        ``DFlashDraftModel``, ``DFlash2DraftModel`` or ``DSparkDraftModel``.
     :param device: where the draft runs (the verifier's input device).
     """
 
@@ -54,7 +56,8 @@ class BlockDraftRunner:
         self.mask_token_id = int(model.mask_token_id)
         #: the most tokens one block proposes
         self.max_tokens = self.block_size - (0 if self.sample_from_anchor else 1)
-        self.markov_head = getattr(model, "markov_head", None)
+        self.markov_head = getattr(model, "markov_head", None)  # DSpark
+        self.candidate_selector = getattr(model, "candidate_selector", None)  # DFlash2
         self.cache = DynamicCache()
         self.dtype = next(model.fc.parameters()).dtype
         self.vocab = DraftVocabulary(model, self.device)
@@ -133,6 +136,22 @@ class BlockDraftRunner:
         )
         return bias[0, slot].float()
 
+    def _selected(
+        self, row: torch.Tensor, hidden: torch.Tensor, previous: int
+    ) -> torch.Tensor:
+        """DFlash2's step of the candidate walk: the slot's unary top-K, scored
+        with the selector's transition from the token before (the anchor, then
+        the previous pick); every other token out (-inf), as vLLM's walk and
+        its cached draft logits have it."""
+        selector = self.candidate_selector
+        assert selector is not None
+        candidates = row.topk(selector.top_k).indices
+        previous_id = torch.tensor(previous, device=self.device)
+        transition = selector.transition_scores(hidden, previous_id, candidates)
+        out = torch.full_like(row, float("-inf"))
+        out[candidates] = row[candidates] + transition.float()
+        return out
+
     @torch.no_grad()
     def propose(
         self,
@@ -167,6 +186,8 @@ class BlockDraftRunner:
             row = logits[slot]
             if self.markov_head is not None:
                 row = row + self._markov_bias(hidden, block_tokens, slot)
+            if self.candidate_selector is not None:
+                row = self._selected(row, hidden[slot], block_tokens[-1])
             token, q = self.vocab.choose(row, temperature, gen)
             proposed.append(token)
             dists.append(q)

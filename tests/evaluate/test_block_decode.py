@@ -1,4 +1,4 @@
-"""Block drafters (DFlash, DSpark) in ``evaluate``: the decode loop's block
+"""Block drafters (DFlash, DFlash2, DSpark) in ``evaluate``: the decode loop's block
 proposals against upstream's training forward, and lossless decoding on the
 tiny Kimi-K2.5 (nested ``text_config``, ``language_model.`` keys).
 
@@ -76,12 +76,24 @@ def verifier(kimi) -> CausalVerifier:
     return load_causal_verifier(kimi, layers, dtype=torch.float32, device="cpu")
 
 
+def _loud(draft: Any) -> Any:
+    """The draft with its sequential head (DSpark's Markov bias, DFlash2's
+    selector) scaled up, so that it decides the argmax: a walk fed the wrong
+    token before then picks other tokens."""
+    head = getattr(draft, "markov_head", None) or draft.candidate_selector
+    with torch.no_grad():
+        for p in head.parameters():
+            p.mul_(30.0)
+    return draft
+
+
 @pytest.fixture(scope="module")
 def drafts(kimi, tmp_path_factory) -> dict[str, Any]:
     data = tmp_path_factory.mktemp("block-data")
     return {
         "dflash": _build(kimi, data, "dflash"),
-        "dspark": _build(kimi, data, "dspark"),
+        "dspark": _loud(_build(kimi, data, "dspark")),
+        "dflash2": _loud(_build(kimi, data, "dflash2", "--selector-top-k", "4")),
         # A full-attention layer (bidirectional inside the block) and a sliding
         # one trained non-causal.
         "dflash-mixed": _build(
@@ -119,18 +131,24 @@ def _training_logits(
             max_anchors=1,
         )
         biased = logits
+        block = input_ids[0, index].view(1, BLOCK)
+        if not draft.config.sample_from_anchor:  # slot k follows token k - 1
+            block = torch.cat([block[:, :1], block[:, :-1]], dim=1)
         head = getattr(draft, "markov_head", None)
         if head is not None:
-            block = input_ids[0, index].view(1, BLOCK)
-            if not draft.config.sample_from_anchor:
-                block = torch.cat([block[:, :1], block[:, :-1]], dim=1)
             biased = logits + head.block_bias(
                 prev_token_ids=block, hidden_states=hidden.view(1, BLOCK, -1)
             )
+        selector = getattr(draft, "candidate_selector", None)
+        if selector is not None:  # DFlash2: the top-K, rescored
+            candidates = logits.topk(selector.top_k, dim=-1).indices
+            scores = selector.score_candidates(logits, hidden, block, candidates)
+            biased = torch.full_like(logits, float("-inf"))
+            biased.scatter_(-1, candidates, scores)
     return logits[0], biased[0]
 
 
-@pytest.mark.parametrize("name", ["dflash", "dspark", "dflash-mixed"])
+@pytest.mark.parametrize("name", ["dflash", "dspark", "dflash2", "dflash-mixed"])
 @pytest.mark.parametrize("window", [None, 5])
 def test_block_proposals_are_the_training_forwards_argmax(
     verifier, drafts, name, window
@@ -138,11 +156,12 @@ def test_block_proposals_are_the_training_forwards_argmax(
     """The runner's block (context K/V cached over two rounds, the block's
     dropped) computes upstream's training forward at the same anchor: the same
     logits, and greedy proposals that are the training forward's argmax with
-    those proposals as the block's tokens (DSpark's Markov chain included). A
+    those proposals as the block's tokens (DSpark's Markov chain and DFlash2's
+    selector walk included). A
     sliding window of 5 checks the window and causal-block masks."""
     draft = drafts[name]
     assert draft.uses_full_attn == (name == "dflash-mixed")
-    assert draft.sliding_window_non_causal == (name == "dflash-mixed")
+    assert draft.sliding_window_non_causal == (name in ("dflash-mixed", "dflash2"))
     saved = draft.sliding_window
     draft.sliding_window = window or saved
     assert list(draft.target_layer_ids) == verifier.layer_ids
@@ -176,7 +195,7 @@ def test_block_proposals_are_the_training_forwards_argmax(
         draft.sliding_window = saved
 
 
-@pytest.mark.parametrize("name", ["dflash", "dspark"])
+@pytest.mark.parametrize("name", ["dflash", "dspark", "dflash2"])
 def test_block_drafters_decode_losslessly(verifier, drafts, name):
     """``evaluate`` with a block drafter on the tiny Kimi-K2.5: greedy output
     equals the verifier's own, acceptance length reported; a block asked for
@@ -205,7 +224,6 @@ def test_block_drafters_decode_losslessly(verifier, drafts, name):
 @pytest.mark.parametrize(
     ("algorithm", "why"),
     [
-        ("dflash2", "top-K candidate walk"),
         ("xpress", "Qwen3XPress"),
         ("peagle", "P-EAGLE"),
         ("mtp", "MTP layer"),
