@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "evaluate": (
         "speculators_kimi.evaluate.cli",
-        "acceptance length of a trained EAGLE-3, DFlash or DSpark draft "
+        "acceptance length of a trained EAGLE-3 or block (DFlash, DSpark) draft "
         "(speculative decoding with transformers, CPU or one GPU)",
     ),
     "export": (

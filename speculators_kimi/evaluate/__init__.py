@@ -1,5 +1,5 @@
 """Acceptance length of a draft with ``transformers`` (CPU or one GPU): EAGLE-3,
-and the block drafters DFlash and DSpark.
+and the block drafters DFlash, DFlash2 and DSpark.
 
 ``speculators-kimi evaluate --draft CKPT --verifier V --data D`` runs speculative
 decoding as vLLM does it and reports what users judge a draft by: tokens per
@@ -11,7 +11,7 @@ per forward, come from :mod:`speculators_kimi.verifier`, which
 ``generate-hidden-states`` shares):
 
 * :mod:`.draft`: an EAGLE-3 draft run step by step over its KV cache.
-* :mod:`.block_draft`: a DFlash or DSpark draft proposing one block per round.
+* :mod:`.block_draft`: a block drafter proposing one block per round.
 * :mod:`.algorithms`: which drafts are decoded, and the strategy for each.
 * :mod:`.vocab`: a draft's vocabulary in the verifier's; the token it proposes.
 * :mod:`.decode`: one prompt's speculative (and plain greedy) decoding, with the
