@@ -32,9 +32,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .draft import aux_source, export_tensors, vllm_version
+from .draft import (
+    aux_source,
+    build_draft,
+    export_tensors,
+    serve_report,
+    vllm_version,
+)
 from .request import CheckRequest
-from .stubs import BLOCK_STUBS, init_single_process, stub_block_drafter
+from .stubs import BLOCK_STUBS, stub_block_drafter
 
 __all__ = ["check_block_layout", "load_block_ours"]
 
@@ -126,51 +132,22 @@ def _ours_block(ours, aux, block_ids, prev_ids):  # type: ignore[no-untyped-def]
 def _build(hf_config, request: CheckRequest, target_layers: int, target_vocab: int):  # type: ignore[no-untyped-def]
     """vLLM's draft class for the parsed config, built as its loader builds it
     (the registry's resolution, its ``VllmConfig`` with the draft's config)."""
-    import types
-
-    import torch
-    from vllm.config import (
-        CompilationConfig,
-        CompilationMode,
-        DeviceConfig,
-        VllmConfig,
-        set_current_vllm_config,
-    )
-    from vllm.model_executor.models.registry import ModelRegistry
-
-    config = VllmConfig(
-        device_config=DeviceConfig(device="cpu"),
-        compilation_config=CompilationConfig(
-            mode=CompilationMode.NONE, custom_ops=["none"]
-        ),
-    )
     spec = json.loads((Path(request.export) / "config.json").read_text())
     k = int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
-    config.speculative_config = types.SimpleNamespace(  # type: ignore[assignment]
-        draft_model_config=types.SimpleNamespace(
-            hf_config=hf_config,
-            quantization=None,
-            model=request.export,
-            revision=None,
-            get_vocab_size=lambda: hf_config.vocab_size,
-        ),
+    draft, arch, config = build_draft(
+        hf_config,
+        target_layers,
+        target_vocab,
+        draft_model={
+            "model": request.export,
+            "revision": None,
+            "get_vocab_size": lambda: hf_config.vocab_size,
+        },
+        custom_ops=["none"],
         num_speculative_tokens=k,
         parallel_drafting=True,
     )
-    config.model_config = types.SimpleNamespace(  # type: ignore[assignment]
-        get_total_num_hidden_layers=lambda: target_layers,
-        get_vocab_size=lambda: target_vocab,
-        # vLLM builds the draft in the target's dtype; float32 here, as ours.
-        dtype=torch.float32,
-        head_dtype=torch.float32,
-        is_moe=False,
-    )
-    with set_current_vllm_config(config):
-        init_single_process()
-        arch = hf_config.architectures[0]
-        picker = types.SimpleNamespace(model_impl="vllm", convert_type="none")
-        cls, _ = ModelRegistry.resolve_model_cls([arch], model_config=picker)
-        draft = cls(vllm_config=config)
+    cls = type(draft)
     module = f"{cls.__module__}.{cls.__qualname__}"
     return draft, config, {"draft_class": arch, "draft_module": module}
 
@@ -275,21 +252,12 @@ def check_block_layout(request: CheckRequest) -> dict[str, Any]:
     import gc
 
     import torch
-    from vllm.transformers_utils.config import maybe_override_with_speculators
     from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
 
     report: dict[str, Any] = {"vllm": vllm_version(), "layout": "speculators"}
     hf_config = SpeculatorsConfig.from_pretrained(request.export)
     report["parsed"] = {key: getattr(hf_config, key, None) for key in _PARSED}
-    model, tokenizer, spec = maybe_override_with_speculators(
-        request.export, None, False
-    )
-    report["serve"] = {"model": model, "tokenizer": tokenizer, "speculative": spec}
-    try:
-        maybe_override_with_speculators(request.checkpoint, None, False)
-        report["checkpoint_refused"] = None
-    except ValueError as err:
-        report["checkpoint_refused"] = str(err)
+    report.update(serve_report(request))
 
     ours = load_block_ours(request)
     source = aux_source(request, ours.target_layer_ids)

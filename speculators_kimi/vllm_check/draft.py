@@ -17,6 +17,7 @@ __all__ = [
     "export_tensors",
     "load_and_check",
     "load_ours",
+    "serve_report",
     "vllm_step",
 ]
 
@@ -120,11 +121,48 @@ def export_tensors(export: str):  # type: ignore[no-untyped-def]
             yield name, f.get_tensor(name)
 
 
-def build_draft(hf_config, target_layers: int, target_vocab: int):  # type: ignore[no-untyped-def]
+def serve_report(request: CheckRequest) -> dict:
+    """What ``vllm serve EXPORT`` makes of the export (vLLM's
+    ``maybe_override_with_speculators``: the verifier it serves, its
+    speculative config), and why it refuses the original checkpoint."""
+    from vllm.transformers_utils.config import maybe_override_with_speculators
+
+    model, tokenizer, spec = maybe_override_with_speculators(
+        request.export, None, False
+    )
+    report: dict = {
+        "serve": {"model": model, "tokenizer": tokenizer, "speculative": spec}
+    }
+    try:
+        maybe_override_with_speculators(request.checkpoint, None, False)
+        report["checkpoint_refused"] = None
+    except ValueError as err:
+        report["checkpoint_refused"] = str(err)
+    return report
+
+
+def build_draft(  # type: ignore[no-untyped-def]
+    hf_config,
+    target_layers: int,
+    target_vocab: int,
+    *,
+    draft_model: dict | None = None,
+    custom_ops: list[str] | None = None,
+    **speculative,
+):
+    """vLLM's draft class for the parsed ``hf_config``, resolved by its own
+    registry and built under a ``VllmConfig`` holding the two configs a draft
+    reads: its own (``draft_model``: more of the draft ``ModelConfig``'s fields)
+    and the target's size (``speculative``: more fields of the speculative
+    config).
+
+    :returns: the draft, its architecture and the ``VllmConfig``.
+    """
     import types
 
     import torch
     from vllm.config import (
+        CompilationConfig,
         CompilationMode,
         DeviceConfig,
         VllmConfig,
@@ -132,18 +170,26 @@ def build_draft(hf_config, target_layers: int, target_vocab: int):  # type: igno
     )
     from vllm.model_executor.models.registry import ModelRegistry
 
-    config = VllmConfig(device_config=DeviceConfig(device="cpu"))
-    config.compilation_config.mode = CompilationMode.NONE
-    # The two configs the draft reads: its own, and the target's size.
+    if custom_ops is None:
+        config = VllmConfig(device_config=DeviceConfig(device="cpu"))
+        config.compilation_config.mode = CompilationMode.NONE
+    else:
+        config = VllmConfig(
+            device_config=DeviceConfig(device="cpu"),
+            compilation_config=CompilationConfig(
+                mode=CompilationMode.NONE, custom_ops=custom_ops
+            ),
+        )
     config.speculative_config = types.SimpleNamespace(  # type: ignore[assignment]
         draft_model_config=types.SimpleNamespace(
-            hf_config=hf_config, quantization=None
+            hf_config=hf_config, quantization=None, **(draft_model or {})
         ),
-        parallel_drafting=False,
+        **{"parallel_drafting": False, **speculative},
     )
     config.model_config = types.SimpleNamespace(  # type: ignore[assignment]
         get_total_num_hidden_layers=lambda: target_layers,
         get_vocab_size=lambda: target_vocab,
+        # vLLM builds the draft in the target's dtype; float32 here, as ours.
         dtype=torch.float32,
         head_dtype=torch.float32,
         is_moe=False,

@@ -8,6 +8,7 @@ from .draft import (
     build_draft,
     check_draft,
     load_ours,
+    serve_report,
     vllm_version,
 )
 from .request import CheckRequest
@@ -18,7 +19,6 @@ __all__ = ["check_speculators_layout"]
 
 def check_speculators_layout(request: CheckRequest) -> dict:
     import torch
-    from vllm.transformers_utils.config import maybe_override_with_speculators
     from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
 
     report: dict = {"vllm": vllm_version(), "layout": "speculators"}
@@ -42,15 +42,7 @@ def check_speculators_layout(request: CheckRequest) -> dict:
             "fc_norm",
         )
     }
-    model, tokenizer, spec = maybe_override_with_speculators(
-        request.export, None, False
-    )
-    report["serve"] = {"model": model, "tokenizer": tokenizer, "speculative": spec}
-    try:
-        maybe_override_with_speculators(request.checkpoint, None, False)
-        report["checkpoint_refused"] = None
-    except ValueError as err:
-        report["checkpoint_refused"] = str(err)
+    report.update(serve_report(request))
 
     ours = load_ours(request)
     source = aux_source(request, ours.target_layer_ids)
