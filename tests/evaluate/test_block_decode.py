@@ -168,7 +168,8 @@ def test_mla_block_proposals_are_the_training_forwards_argmax(verifier, drafts, 
     runner = BlockDraftRunner(draft, "cpu")
     _, aux = verifier.forward(_ids(9, draft.verifier_vocab_size), DynamicCache())
     runner.block_hidden(5, aux[:8], BLOCK)
-    latent, rope = runner.cache.layers[0].keys, runner.cache.layers[0].values
+    layer: Any = runner.cache.layers[0]
+    latent, rope = layer.keys, layer.values
     assert latent.shape == (1, 1, 8, text.kv_lora_rank)
     assert rope.shape == (1, 1, 8, text.qk_rope_head_dim)
 
