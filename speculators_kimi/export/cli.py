@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if result.layout == "native":
         print(
-            f"an MLA draft, written for vLLM's {MLA_ARCHITECTURE} (native layout); "
+            f"an MLA draft, written for vLLM's "
+            f"{result.architecture or MLA_ARCHITECTURE} (native layout); "
             "vLLM cannot detect it as a draft from `vllm serve DIR`, so serve the "
             "verifier with it as the speculative model:"
         )

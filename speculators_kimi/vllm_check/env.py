@@ -29,6 +29,9 @@ VLLM_DEPS = [
     "cachetools==8.0.2",
     "cbor2==6.3.0",
     "cloudpickle==3.1.3",
+    # vllm.models.kimi_k3 (K3DSparkForCausalLM's package) imports it at module
+    # level; the version vLLM 0.34.0 pins.
+    "compressed-tensors==0.17.0",
     "einops==0.8.2",
     "fastapi==0.165.0",
     "llguidance==1.9.1",
