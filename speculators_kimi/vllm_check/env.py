@@ -74,7 +74,9 @@ def ensure_env(env: Path, version: str = VLLM_VERSION) -> Path:
     import fcntl
 
     ready = env / ".ready"
-    stamp = f"{version} {sys.prefix}\n"
+    # The pinned deps are part of the stamp: an env built before one was added
+    # is rebuilt rather than reused without it.
+    stamp = f"{version} {sys.prefix} {' '.join(VLLM_DEPS)}\n"
     if ready.is_file() and ready.read_text() == stamp:
         return env_python(env)
     env.parent.mkdir(parents=True, exist_ok=True)
