@@ -23,7 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .block_layout import _compare, _ours_block, load_block_ours
+from ..evaluate.session import cast_draft
+from .block_layout import _compare, _ours_block
 from .draft import aux_source, export_tensors, vllm_version
 from .native_mla import _text_target
 from .request import CheckRequest
@@ -54,6 +55,53 @@ _PARSED = (
     "enable_confidence_head",
     "confidence_head_with_markov",
 )
+
+
+def _load_ours(request: CheckRequest):  # type: ignore[no-untyped-def]
+    """Our draft in its stored dtype (mapped from the file), eager attention (so
+    the training forward builds upstream's float anchor-block mask), its frozen
+    verifier head the LM head itself: with the full vocabulary they are the
+    same tensor, and only the loss's targets read it (1.2 G parameters at
+    Kimi-K2.5 size, not held twice)."""
+    import gc
+
+    from speculators import SpeculatorModel, SpeculatorModelConfig
+
+    config = SpeculatorModelConfig.from_pretrained(request.checkpoint)
+    config.speculators_config.verifier.name_or_path = request.verifier
+    config.transformer_layer_config._attn_implementation = "eager"
+    ours = SpeculatorModel.from_pretrained(request.checkpoint, config=config).eval()
+    ours.verifier_lm_head = ours.lm_head
+    gc.collect()
+    return ours
+
+
+class _Rows:
+    """The embedding rows of the block's tokens (anchor and mask), the only
+    rows either draft reads: both embed through them (the whole table is 4.7 GB
+    in float32 at Kimi-K2.5 size)."""
+
+    def __init__(self, ours, block_ids) -> None:  # type: ignore[no-untyped-def]
+        import torch
+
+        self.ids = block_ids.unique()
+        table = ours.embed_tokens.weight.detach()
+        rows = torch.nn.Parameter(table[self.ids].float(), requires_grad=False)
+        module = self
+
+        class Lookup(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.weight = rows
+
+            def forward(self, ids):  # type: ignore[no-untyped-def]
+                return self.weight[torch.searchsorted(module.ids, ids)]
+
+        self.module = Lookup()
+        ours.embed_tokens = self.module  # the full table is released
+
+    def __call__(self, ids):  # type: ignore[no-untyped-def]
+        return self.module(ids)
 
 
 def _configs(request: CheckRequest, target_dir: str):  # type: ignore[no-untyped-def]
@@ -106,16 +154,14 @@ def _build(config, spec):  # type: ignore[no-untyped-def]
     return draft, {"draft_class": arch, "draft_module": module}
 
 
-def _load(draft, config, request: CheckRequest, ours) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def _load(draft, config, request: CheckRequest, head) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """NaN-fill, vLLM's ``load_weights`` and post-processing, then the target's
-    embedding and head given to the draft (vLLM's DSpark loader aliases the
-    target's modules: the draft has none of its own)."""
+    head given to the draft (vLLM's DSpark loader aliases the target's
+    ``lm_head``: the draft has none of its own). The block is embedded by the
+    caller (``inputs_embeds``), so no embedding table is built."""
     import torch
     from vllm.config import set_current_vllm_config
-    from vllm.model_executor.layers.vocab_parallel_embedding import (
-        ParallelLMHead,
-        VocabParallelEmbedding,
-    )
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
     with torch.no_grad():
         for _, p in draft.named_parameters():
@@ -130,13 +176,10 @@ def _load(draft, config, request: CheckRequest, ours) -> dict[str, Any]:  # type
     with set_current_vllm_config(config):
         loaded = draft.load_weights(stream())
         draft.process_weights_after_loading()
-        vocab, hidden = ours.embed_tokens.weight.shape
-        embed = VocabParallelEmbedding(vocab, hidden)
-        head = ParallelLMHead(vocab, hidden)
-    embed.weight.data = ours.embed_tokens.weight.detach().clone()
-    head.weight.data = ours.lm_head.weight.detach().clone()
-    draft.model.embed_tokens = embed
-    draft.lm_head = head
+        with torch.device("meta"):  # its weight is the target's, set below
+            lm_head = ParallelLMHead(*head.shape)
+    lm_head.weight = torch.nn.Parameter(head, requires_grad=False)
+    draft.lm_head = lm_head
     unloaded = [
         name
         for name, p in draft.named_parameters()
@@ -145,12 +188,14 @@ def _load(draft, config, request: CheckRequest, ours) -> dict[str, Any]:  # type
     return {
         "tensors": sorted(names),
         "loaded_parameters": len(loaded),
-        "shared_from_verifier": ["model.embed_tokens.weight", "lm_head.weight"],
+        "shared_from_verifier": ["lm_head.weight"],
+        "embedded_by": "the verifier embedding's rows of the block's tokens, as "
+        "forward's inputs_embeds",
         "parameters_not_loaded": unloaded,
     }
 
 
-def _vllm_block(draft, config, ctx_aux, block_ids, prev_ids):  # type: ignore[no-untyped-def]
+def _vllm_block(draft, config, ctx_aux, block_ids, prev_ids, rows):  # type: ignore[no-untyped-def]
     import torch
     from vllm.config import set_current_vllm_config
 
@@ -161,7 +206,8 @@ def _vllm_block(draft, config, ctx_aux, block_ids, prev_ids):  # type: ignore[no
     with torch.no_grad(), set_current_vllm_config(config):
         states = draft.combine_hidden_states(ctx_aux)
         draft.precompute_and_store_context_kv(states, torch.arange(n), torch.arange(n))
-        hidden = draft(block_ids, torch.arange(n, n + b))
+        positions = torch.arange(n, n + b)
+        hidden = draft(block_ids, positions, inputs_embeds=rows(block_ids))
         emb = draft.markov_embed(prev_ids)
         logits = draft.compute_draft_logits(hidden) + draft.markov_bias(emb)
         confidence = None
@@ -199,7 +245,7 @@ def check_k3_dspark(request: CheckRequest, exported: dict[str, Any]) -> dict:
             "num_speculative_tokens": spec.num_speculative_tokens,
             "use_mla": bool(spec.draft_model_config.use_mla),
         }
-        ours = load_block_ours(request)
+        ours = _load_ours(request)
         # The verifier layers vLLM captures for the draft (target_layer_ids + 1),
         # against the aux layers the draft was trained on.
         aux = list(get_eagle3_aux_layers_from_config(spec) or [])
@@ -212,7 +258,11 @@ def check_k3_dspark(request: CheckRequest, exported: dict[str, Any]) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report.update(built)
-    report.update(_load(draft, config, request, ours))
+    # One float32 copy of the target's head, for vLLM's draft and then ours.
+    head = ours.lm_head.weight.detach().float()
+    ours.lm_head.weight = torch.nn.Parameter(head, requires_grad=False)
+    gc.collect()
+    report.update(_load(draft, config, request, head))
 
     b = int(ours.block_size)
     gen = torch.Generator().manual_seed(0)
@@ -229,12 +279,18 @@ def check_k3_dspark(request: CheckRequest, exported: dict[str, Any]) -> dict:
             torch.randint(0, source.vocab_size, (b - 1,), generator=gen),
         ]
     )
-    _, theirs, their_conf, pages = _vllm_block(draft, config, aux, block_ids, prev_ids)
+    rows = _Rows(ours, block_ids)
+    gc.collect()
+    _, theirs, their_conf, pages = _vllm_block(
+        draft, config, aux, block_ids, prev_ids, rows
+    )
     report["kv_cache_pages"] = pages
     del draft, config
     gc.collect()
 
-    _, mine, my_conf = _ours_block(ours, aux, block_ids, prev_ids)
+    _, mine, my_conf = _ours_block(
+        cast_draft(ours, torch.float32), aux, block_ids, prev_ids
+    )
     step: dict[str, Any] = {"context_tokens": n, "tokens": b}
     step.update(
         _compare(theirs, mine, torch.arange(ours.draft_vocab_size), source.vocab_size)
