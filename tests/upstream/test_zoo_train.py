@@ -291,6 +291,7 @@ def test_mla_draft_trains_through_the_cli(tmp_path):
     _check_evaluate(zoo, ckpt, data)
 
 
+@pytest.mark.slow
 def test_mla_dspark_trains_through_the_cli(tmp_path):
     """``speculators train --speculator-type dspark --draft-arch deepseek_v3`` on
     Kimi-K2.5: DSpark layers in the verifier's MLA layout (each layer's latent
