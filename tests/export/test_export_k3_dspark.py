@@ -135,8 +135,9 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
     parses as ``K3DSparkConfig``, every parameter is loaded, the latent KV pages
     are ``kv_lora_rank + qk_rope_head_dim`` wide, vLLM captures the aux layers
     the draft was trained on, and one block step's logits (Markov bias
-    included) and confidences equal upstream's training forward. The same
-    export with ``target_layer_ids`` not shifted by one is caught."""
+    included) and confidences equal upstream's training forward, with default
+    rope and with Kimi-K2.5's YaRN past its original length. The same export
+    with ``target_layer_ids`` not shifted by one is caught."""
     from speculators_kimi.vllm_check.env import default_env, ensure_env
     from speculators_kimi.vllm_check.request import CheckRequest
 
@@ -145,17 +146,36 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
     config = json.loads((shifted / "config.json").read_text())
     config["target_layer_ids"] = [i + 1 for i in config["target_layer_ids"]]
     (shifted / "config.json").write_text(json.dumps(config))
+    # Kimi-K2.5's rope (YaRN, mscale 1 and 1, beta 1 and 1) at a smaller
+    # factor, over positions past its original length: vLLM's deepseek_yarn.
+    layer = json.loads((mla["dspark"] / "config.json").read_text())[
+        "transformer_layer_config"
+    ]
+    yarn = {"rope_type": "yarn", "rope_theta": 50000.0, "factor": 8.0}
+    yarn |= {"original_max_position_embeddings": 128, "beta_fast": 1.0}
+    yarn |= {"beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+    yarn_ckpt = _edited(
+        mla["dspark"],
+        tmp_path / "yarn-ckpt",
+        transformer_layer_config={**layer, "rope_parameters": yarn},
+    )
+    export_draft(yarn_ckpt, tmp_path / "yarn", verifier_id=HUB_ID)
     requests = [
         CheckRequest(str(d), str(mla["dspark"]), str(mla["verifier"]), tokens=12)
         for d in (tmp_path / "out", shifted)
     ]
+    requests.append(
+        CheckRequest(
+            str(tmp_path / "yarn"), str(yarn_ckpt), str(mla["verifier"]), tokens=160
+        )
+    )
     python = ensure_env(default_env("0.34.0"), "0.34.0")
     inner = [str(python), "-m", "speculators_kimi.vllm_check.inner"]
     offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = run(
         [*inner, json.dumps([asdict(r) for r in requests])], env=offline, timeout=600
     )
-    report, wrong = json.loads(proc.stdout.strip().splitlines()[-1])
+    report, wrong, yarned = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["vllm"] == "0.34.0"
     assert report["draft_module"].endswith("dspark_mla.K3DSparkForCausalLM")
     assert report["parsed"]["hf_config_class"] == "K3DSparkConfig"
@@ -175,3 +195,7 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
     assert step["max_abs_confidence_diff"] < 1e-5
     assert any("MultiHeadLatentAttention._attention" in s for s in report["stubbed"])
     assert wrong["aux_layers"]["vllm"] != wrong["aux_layers"]["trained"]
+    assert yarned["parsed"]["rope_parameters"]["rope_type"] == "yarn"
+    assert yarned["parameters_not_loaded"] == []
+    assert yarned["one_step"]["max_rel_logit_diff"] < 1e-5, yarned["one_step"]
+    assert yarned["one_step"]["same_argmax"]
