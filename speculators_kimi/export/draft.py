@@ -14,7 +14,7 @@ from .block import SERVE_METHOD, BlockCausality, block_serving_config, refuse_un
 from .errors import ExportError
 from .hub import serving_verifier_id
 from .k3_dspark import (
-    K3_ARCHITECTURE,
+    K3_CLASS,
     is_mla_block_draft,
     k3_dspark_config,
     k3_dspark_tensors,
@@ -48,8 +48,8 @@ class ExportResult:
     causality: BlockCausality | None = None
     #: the dtype the checkpoint was trained in (vLLM runs it in the target's).
     trained_dtype: str | None = None
-    #: the vLLM architecture of a native layout other than the MLA EAGLE-3 one
-    #: (``K3DSparkModel``: an MLA DSpark).
+    #: the vLLM class of a native layout other than the MLA EAGLE-3 one
+    #: (``K3DSparkForCausalLM``: an MLA DSpark).
     architecture: str | None = None
 
 
@@ -136,7 +136,7 @@ def export_draft(
         serving = k3_dspark_config(config)
         layers = int(serving["num_hidden_layers"])
         causality = BlockCausality((False,) * layers, False)
-        architecture = K3_ARCHITECTURE
+        architecture = K3_CLASS
     elif algorithm in SERVE_METHOD:
         serving, causality = block_serving_config(config, hub_id)
     else:

@@ -33,6 +33,7 @@ from .errors import ExportError
 
 __all__ = [
     "K3_ARCHITECTURE",
+    "K3_CLASS",
     "K3_MODEL_TYPE",
     "is_mla_block_draft",
     "k3_dspark_config",
@@ -42,6 +43,7 @@ __all__ = [
 K3_MODEL_TYPE = "k3_dspark"
 #: The architecture vLLM's registry maps to ``K3DSparkForCausalLM``.
 K3_ARCHITECTURE = "K3DSparkModel"
+K3_CLASS = "K3DSparkForCausalLM"
 _MLA = "deepseek_v3"
 
 #: The layer config's fields K3DSparkConfig (a DeepseekV3Config) reads.

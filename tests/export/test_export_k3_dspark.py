@@ -74,7 +74,7 @@ def _edited(ckpt: Path, dest: Path, **changes: object) -> Path:
 def test_mla_dspark_exports_as_k3_dspark(mla, tmp_path):
     result = export_draft(mla["dspark"], tmp_path / "out", verifier_id=HUB_ID)
     assert result.layout == "native" and result.method == "dspark"
-    assert result.architecture == "K3DSparkModel"
+    assert result.architecture == "K3DSparkForCausalLM"
     assert result.causality is not None and result.causality.layers == (False,) * 2
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     trained = json.loads((mla["dspark"] / "config.json").read_text())
