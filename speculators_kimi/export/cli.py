@@ -62,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  dropped {name}: {why}")
     if result.causality is not None:
         how = (
-            f"is_causal {str(result.causality.is_causal).lower()}"
+            f"{result.architecture}'s non-causal block (non_causal_multi_token_decode)"
+            if result.architecture is not None
+            else f"is_causal {str(result.causality.is_causal).lower()}"
             if result.causality.is_causal is not None
             else "vLLM's layer-type rule (sliding causal, full bidirectional)"
         )
@@ -77,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if result.layout == "native":
         print(
-            f"an MLA draft, written for vLLM's {MLA_ARCHITECTURE} (native layout); "
+            f"an MLA draft, written for vLLM's "
+            f"{result.architecture or MLA_ARCHITECTURE} (native layout); "
             "vLLM cannot detect it as a draft from `vllm serve DIR`, so serve the "
             "verifier with it as the speculative model:"
         )

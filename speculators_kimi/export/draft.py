@@ -13,6 +13,12 @@ from ..evaluate.profile import check_profile
 from .block import SERVE_METHOD, BlockCausality, block_serving_config, refuse_unservable
 from .errors import ExportError
 from .hub import serving_verifier_id
+from .k3_dspark import (
+    K3_CLASS,
+    is_mla_block_draft,
+    k3_dspark_config,
+    k3_dspark_tensors,
+)
 from .serving_config import carried_files, layout_of, serving_config
 from .weights import served_tensors
 from .write import check_out, write_export
@@ -42,6 +48,9 @@ class ExportResult:
     causality: BlockCausality | None = None
     #: the dtype the checkpoint was trained in (vLLM runs it in the target's).
     trained_dtype: str | None = None
+    #: the vLLM class of a native layout other than the MLA EAGLE-3 one
+    #: (``K3DSparkForCausalLM``: an MLA DSpark).
+    architecture: str | None = None
 
 
 def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str, Any]:
@@ -120,7 +129,15 @@ def export_draft(
     tensors = load_file(str(checkpoint / "model.safetensors"))
     algorithm = config["speculators_model_type"]
     causality = None
-    if algorithm in SERVE_METHOD:
+    architecture = None
+    if is_mla_block_draft(config):
+        # vLLM's K3DSparkForCausalLM: native layout, every layer bidirectional
+        # inside the block (full attention), as trained.
+        serving = k3_dspark_config(config)
+        layers = int(serving["num_hidden_layers"])
+        causality = BlockCausality((False,) * layers, False)
+        architecture = K3_CLASS
+    elif algorithm in SERVE_METHOD:
         serving, causality = block_serving_config(config, hub_id)
     else:
         serving = serving_config(
@@ -129,9 +146,12 @@ def export_draft(
             has_input_norm="input_norm.weight" in tensors,
             verifier=local,
         )
-    kept, dropped = served_tensors(
-        config, tensors, verifier=local, keep_embeddings=keep_embeddings
-    )
+    if architecture is not None:
+        kept, dropped = k3_dspark_tensors(tensors)
+    else:
+        kept, dropped = served_tensors(
+            config, tensors, verifier=local, keep_embeddings=keep_embeddings
+        )
     layout = layout_of(config)
     carried = {name: checkpoint / name for name in carried_files(layout)}
     if profile is not None:
@@ -150,4 +170,5 @@ def export_draft(
         method=SERVE_METHOD.get(algorithm, "eagle3"),
         causality=causality,
         trained_dtype=config.get("dtype") or config.get("torch_dtype"),
+        architecture=architecture,
     )

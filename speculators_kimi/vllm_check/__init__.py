@@ -82,6 +82,9 @@ The modules, one job each:
   dspark: vLLM's ``DFlashQwen3``/``DFlash2Qwen3``/``Qwen3DSpark`` classes, one
   block step against upstream's training forward; its stand-ins are
   :data:`.stubs.BLOCK_STUBS`).
+* :mod:`.k3_dspark`: the check of an MLA DSpark export (native ``k3_dspark``:
+  vLLM's ``K3DSparkForCausalLM``, one block step; its stand-ins are
+  :data:`.stubs.K3_STUBS`).
 * :mod:`.inner`: what runs in the scratch interpreter (one JSON report).
 * :mod:`.cli`: the ``vllm-check`` command.
 """

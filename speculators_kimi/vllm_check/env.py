@@ -29,6 +29,9 @@ VLLM_DEPS = [
     "cachetools==8.0.2",
     "cbor2==6.3.0",
     "cloudpickle==3.1.3",
+    # vllm.models.kimi_k3 (K3DSparkForCausalLM's package) imports it at module
+    # level; the version vLLM 0.34.0 pins.
+    "compressed-tensors==0.17.0",
     "einops==0.8.2",
     "fastapi==0.165.0",
     "llguidance==1.9.1",
@@ -71,7 +74,9 @@ def ensure_env(env: Path, version: str = VLLM_VERSION) -> Path:
     import fcntl
 
     ready = env / ".ready"
-    stamp = f"{version} {sys.prefix}\n"
+    # The pinned deps are part of the stamp: an env built before one was added
+    # is rebuilt rather than reused without it.
+    stamp = f"{version} {sys.prefix} {' '.join(VLLM_DEPS)}\n"
     if ready.is_file() and ready.read_text() == stamp:
         return env_python(env)
     env.parent.mkdir(parents=True, exist_ok=True)

@@ -26,12 +26,15 @@ def check_export(request: CheckRequest) -> dict[str, Any]:
     from speculators_kimi.export.block import BLOCK_ALGORITHMS
 
     from .block_layout import check_block_layout
+    from .k3_dspark import check_k3_dspark
     from .native_mla import check_native_mla
     from .speculators_layout import check_speculators_layout
 
     config = json.loads((Path(request.export) / "config.json").read_text())
     if config.get("speculators_model_type") in BLOCK_ALGORITHMS:
         report: dict[str, Any] = check_block_layout(request)
+    elif config.get("model_type") == "k3_dspark":
+        report = check_k3_dspark(request, config)
     elif "speculators_config" in config:
         report = check_speculators_layout(request)
     else:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 __all__ = [
     "BLOCK_STUBS",
+    "K3_STUBS",
     "MLA_STUB",
+    "bind_k3_kv_caches",
     "init_single_process",
     "stub_attention",
     "stub_block_drafter",
+    "stub_k3_dspark",
     "stub_mla_attention",
 ]
 
@@ -195,6 +198,163 @@ def stub_block_drafter() -> None:
     vllm_dflash.Attention = BlockAttention  # type: ignore[misc]
     vllm_dflash.ops = types.SimpleNamespace(  # type: ignore[assignment]
         rms_norm=rms_norm, rotary_embedding=rotary_embedding
+    )
+
+
+#: What the MLA DSpark (``K3DSparkForCausalLM``) path replaces, for the report.
+K3_STUBS = [
+    "vllm.models.kimi_k3.nvidia.mla.MultiHeadLatentAttention._attention (the "
+    "fused Triton/CUDA epilogues that rope q_pe/k_pe, insert the block's latent "
+    "into the paged cache, and the MLA attention backend's forward_mqa) -> "
+    "PyTorch: q_pe and k_pe roped by vLLM's own RotaryEmbedding.forward_static "
+    "with the layer's cos_sin_cache (interleaved, YaRN mscale baked in), the "
+    "block's [kv_c_normed | k_pe] written into the layer's latent page cache, "
+    "then every used slot of that cache expanded by the layer's own kv_b_proj "
+    "and attended by scaled_dot_product_attention at the layer's scale, "
+    "non-causal (non_causal_multi_token_decode: the context precedes, the block "
+    "is bidirectional)",
+    "the MLA attention backend and prefill backend the layer selects at build "
+    "(vllm.v1.attention.selector.get_attn_backend(use_mla=True), "
+    "get_mla_prefill_backend; CUDA/ROCm only) -> inert placeholders (the "
+    "attention above does not use them)",
+    "vllm.models.common.ops.fused_q_kv_rmsnorm (a fused GPU kernel) -> vLLM's "
+    "own vllm.ir.ops.rms_norm on q_c and kv_c",
+    "vllm._custom_ops.rms_norm (torch.ops._C) in the context-KV precompute -> "
+    "vllm.ir.ops.rms_norm, per layer for the grouped [layers, kv_lora_rank] "
+    "weight",
+    "vllm._custom_ops.rotary_embedding (torch.ops._C) in the context-KV "
+    "precompute -> RotaryEmbedding.forward_static, written back in place",
+    "vllm._custom_ops.concat_and_cache_mla_grouped (torch.ops._C) -> the same "
+    "writes in PyTorch: each layer's [kv_c_normed | k_pe] into its page cache "
+    "(found by the cache pointer vLLM passes) at the slot mapping",
+    "torch.accelerator.empty_cache (vLLM's WorkspaceManager releases the "
+    "accelerator's cached memory when its workspace grows; no accelerator "
+    "here) -> a no-op; torch.cuda.is_current_stream_capturing (asserted false "
+    "before the context-KV insert; a CPU build of torch cannot answer it) -> "
+    "False",
+]
+
+#: Page caches bound by :func:`bind_k3_kv_caches`, by data pointer (what vLLM's
+#: grouped cache-insert op is given).
+_K3_CACHES: dict[int, object] = {}
+
+
+def bind_k3_kv_caches(draft, num_slots: int, block_size: int = 16) -> None:  # type: ignore[no-untyped-def]
+    """One latent page cache per draft layer, ``[blocks, 1, block_size,
+    kv_lora_rank + qk_rope_head_dim]``, bound through the layer's own
+    ``bind_kv_cache`` (as vLLM's runner binds them)."""
+    import torch
+
+    blocks = -(-num_slots // block_size)
+    for layer in draft.model.layers:
+        attn = layer.self_attn
+        cache = torch.zeros(blocks, 1, block_size, attn.head_size)
+        attn.bind_kv_cache(cache)
+        _K3_CACHES[attn.kv_cache.data_ptr()] = attn.kv_cache
+
+
+def stub_k3_dspark() -> None:
+    """vLLM's MLA DSpark CUDA-only pieces -> the stand-ins :data:`K3_STUBS` names."""
+    import types
+
+    import torch
+    import vllm.models.kimi_k3.nvidia.dspark_mla as vllm_k3
+    import vllm.models.kimi_k3.nvidia.mla as vllm_mla
+    from vllm import ir
+    from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+
+    def rope(rot, positions, x):  # type: ignore[no-untyped-def]
+        out, _ = RotaryEmbedding.forward_static(
+            positions,
+            x.reshape(x.shape[0], -1).float(),
+            None,
+            rot.head_size,
+            rot.rotary_dim,
+            rot.cos_sin_cache,
+            rot.is_neox_style,
+        )
+        return out.view(x.shape).to(x.dtype)
+
+    def attention(self, positions, q, kv_c_normed, k_pe, attn_out):  # type: ignore[no-untyped-def]
+        assert self.non_causal_multi_token_decode and self.rotary_emb is not None
+        nope, rot_dim, lora = (
+            self.qk_nope_head_dim,
+            self.qk_rope_head_dim,
+            self.kv_lora_rank,
+        )
+        q_nope, q_pe = q.split([nope, rot_dim], dim=-1)
+        q_pe = rope(self.rotary_emb, positions, q_pe)
+        k_pe = rope(self.rotary_emb, positions, k_pe)
+        flat = self.kv_cache.view(-1, self.kv_cache.shape[-1])
+        slots = self.block_slots
+        flat[slots, :lora] = kv_c_normed
+        flat[slots, lora:] = k_pe.reshape(-1, rot_dim)
+        used = flat[: int(slots.max()) + 1]  # the context's slots, then the block's
+        kv = self.kv_b_proj(used[:, :lora])[0].view(
+            used.shape[0], self.num_local_heads, nope + self.v_head_dim
+        )
+        k_nope, v = kv.split([nope, self.v_head_dim], dim=-1)
+        k = torch.cat(
+            [k_nope, used[:, None, lora:].expand(-1, self.num_local_heads, -1)],
+            dim=-1,
+        )
+        q = torch.cat([q_nope, q_pe], dim=-1)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), scale=self.scale
+        )
+        attn_out.copy_(out.transpose(0, 1).reshape(attn_out.shape))
+
+    class _Placeholder:
+        def __init__(self, *_: object, **__: object) -> None:
+            pass
+
+    class _Backend:
+        @staticmethod
+        def get_impl_cls():  # type: ignore[no-untyped-def]
+            return _Placeholder
+
+        @staticmethod
+        def get_name() -> str:
+            return "CPU_STUB"
+
+    def fused_q_kv_rmsnorm(qr, kv, q_weight, kv_weight, eps):  # type: ignore[no-untyped-def]
+        return ir.ops.rms_norm(qr, q_weight, eps), ir.ops.rms_norm(kv, kv_weight, eps)
+
+    def rms_norm(out, x, weight, epsilon):  # type: ignore[no-untyped-def]
+        if weight is not None and weight.dim() == 2:  # one weight per layer
+            for i in range(weight.shape[0]):
+                out[i].copy_(ir.ops.rms_norm(x[i], weight[i], epsilon))
+        else:
+            out.copy_(ir.ops.rms_norm(x, weight, epsilon))
+
+    def rotary_embedding(positions, query, key, head_size, cache, is_neox):  # type: ignore[no-untyped-def]
+        q, k = RotaryEmbedding.forward_static(
+            positions, query, key, head_size, cache.shape[-1], cache, is_neox
+        )
+        query.copy_(q)
+        if key is not None:
+            key.copy_(k)
+
+    def concat_and_cache_mla_grouped(  # type: ignore[no-untyped-def]
+        kv_c, k_pe, cache_ptrs, slot_mapping, *_: object
+    ):
+        for i, ptr in enumerate(cache_ptrs.tolist()):
+            flat = _K3_CACHES[ptr].view(-1, _K3_CACHES[ptr].shape[-1])  # type: ignore[attr-defined]
+            lora = kv_c.shape[-1]
+            flat[slot_mapping[i], :lora] = kv_c[i]
+            flat[slot_mapping[i], lora:] = k_pe[i]
+
+    if not torch.accelerator.is_available():
+        torch.accelerator.empty_cache = lambda: None  # type: ignore[assignment]
+        torch.cuda.is_current_stream_capturing = lambda: False
+    vllm_mla.MultiHeadLatentAttention._attention = attention  # type: ignore[method-assign]
+    vllm_mla.get_attn_backend = lambda *a, **k: _Backend  # type: ignore[assignment]
+    vllm_mla.get_mla_prefill_backend = lambda *a, **k: _Placeholder  # type: ignore[assignment]
+    vllm_mla.fused_q_kv_rmsnorm = fused_q_kv_rmsnorm  # type: ignore[assignment]
+    vllm_k3.ops = types.SimpleNamespace(  # type: ignore[assignment]
+        rms_norm=rms_norm,
+        rotary_embedding=rotary_embedding,
+        concat_and_cache_mla_grouped=concat_and_cache_mla_grouped,
     )
 
 

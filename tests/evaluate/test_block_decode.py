@@ -94,6 +94,9 @@ def drafts(kimi, tmp_path_factory) -> dict[str, Any]:
         "dflash": _build(kimi, data, "dflash"),
         "dspark": _loud(_build(kimi, data, "dspark")),
         "dflash2": _loud(_build(kimi, data, "dflash2", "--selector-top-k", "4")),
+        # MLA layers in the verifier's latent layout (the full vocabulary).
+        "dspark-mla": _build(kimi, data, "dspark", "--draft-arch", "deepseek_v3"),
+        "dflash-mla": _build(kimi, data, "dflash", "--draft-arch", "deepseek_v3"),
         # A full-attention layer (bidirectional inside the block) and a sliding
         # one trained non-causal.
         "dflash-mixed": _build(
@@ -164,6 +167,33 @@ def test_block_proposals_are_the_training_forwards_argmax(
     assert draft.sliding_window_non_causal == (name in ("dflash-mixed", "dflash2"))
     saved = draft.sliding_window
     draft.sliding_window = window or saved
+    try:
+        _check_block_proposals(verifier, draft)
+    finally:
+        draft.sliding_window = saved
+
+
+@pytest.mark.parametrize("name", ["dspark-mla", "dflash-mla"])
+def test_mla_block_proposals_are_the_training_forwards_argmax(verifier, drafts, name):
+    """``--draft-arch deepseek_v3``: the runner caches each layer's latent page
+    (``kv_lora_rank + qk_rope_head_dim`` per context position, as the verifier
+    does) and its block is upstream's training forward at the same anchor, full
+    attention and bidirectional inside the block."""
+    draft = drafts[name]
+    assert type(draft.layers[0]).__name__ == "DeepseekV3DFlashDecoderLayer"
+    assert draft.uses_full_attn and not draft.sliding_window_indices
+    _check_block_proposals(verifier, draft)
+    text = draft.config.transformer_layer_config
+    runner = BlockDraftRunner(draft, "cpu")
+    _, aux = verifier.forward(_ids(9, draft.verifier_vocab_size), DynamicCache())
+    runner.block_hidden(5, aux[:8], BLOCK)
+    layer: Any = runner.cache.layers[0]
+    latent, rope = layer.keys, layer.values
+    assert latent.shape == (1, 1, 8, text.kv_lora_rank)
+    assert rope.shape == (1, 1, 8, text.qk_rope_head_dim)
+
+
+def _check_block_proposals(verifier: CausalVerifier, draft: Any) -> None:
     assert list(draft.target_layer_ids) == verifier.layer_ids
     vocab = draft.verifier_vocab_size
     ids = _ids(24, vocab)
@@ -172,30 +202,27 @@ def test_block_proposals_are_the_training_forwards_argmax(
     first = 0 if draft.config.sample_from_anchor else 1
     k = BLOCK - first
     gen = torch.Generator()
-    try:
-        for anchor in (6, 15):
-            # Round one caches positions < 4; round two adds the rest.
-            runner.reset()
-            runner.propose(ids[:5], aux[:4], 0, k, 0.0, gen)
-            assert runner.length == 4
-            hidden = runner.block_hidden(ids[anchor], aux[4:anchor], BLOCK)
-            assert runner.length == anchor
-            got = draft.lm_head(hidden)
-            proposed, _ = runner.propose(
-                ids[: anchor + 1], aux[anchor:anchor], anchor, k, 0.0, gen
-            )
-            # The proposals become the block's tokens (teacher forcing).
-            after = anchor + 1 + len(proposed)
-            forced = [*ids[: anchor + 1], *proposed, *ids[after:]]
-            want, biased = _training_logits(draft, forced, aux, anchor)
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-            picks = biased.argmax(-1)[first:].tolist()
-            assert proposed == picks, (name, anchor)
-    finally:
-        draft.sliding_window = saved
+    for anchor in (6, 15):
+        # Round one caches positions < 4; round two adds the rest.
+        runner.reset()
+        runner.propose(ids[:5], aux[:4], 0, k, 0.0, gen)
+        assert runner.length == 4
+        hidden = runner.block_hidden(ids[anchor], aux[4:anchor], BLOCK)
+        assert runner.length == anchor
+        got = draft.lm_head(hidden)
+        proposed, _ = runner.propose(
+            ids[: anchor + 1], aux[anchor:anchor], anchor, k, 0.0, gen
+        )
+        # The proposals become the block's tokens (teacher forcing).
+        after = anchor + 1 + len(proposed)
+        forced = [*ids[: anchor + 1], *proposed, *ids[after:]]
+        want, biased = _training_logits(draft, forced, aux, anchor)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        picks = biased.argmax(-1)[first:].tolist()
+        assert proposed == picks, anchor
 
 
-@pytest.mark.parametrize("name", ["dflash", "dspark", "dflash2"])
+@pytest.mark.parametrize("name", ["dflash", "dspark", "dflash2", "dspark-mla"])
 def test_block_drafters_decode_losslessly(verifier, drafts, name):
     """``evaluate`` with a block drafter on the tiny Kimi-K2.5: greedy output
     equals the verifier's own, acceptance length reported; a block asked for

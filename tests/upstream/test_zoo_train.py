@@ -298,6 +298,61 @@ def test_mla_draft_trains_through_the_cli(tmp_path):
     _check_evaluate(zoo, ckpt, data)
 
 
+@pytest.mark.slow
+def test_mla_dspark_trains_through_the_cli(tmp_path):
+    """``speculators train --speculator-type dspark --draft-arch deepseek_v3`` on
+    Kimi-K2.5: DSpark layers in the verifier's MLA layout (each layer's latent
+    path over the context), the full vocabulary, 2 steps, saved, reloaded and
+    decoding losslessly. A reduced vocabulary is refused before any work."""
+    from speculators_kimi.tiny_verifier.train import TrainArgs, train_args
+
+    zoo, data, _ = _generate("kimi-k25", tmp_path)
+    save = tmp_path / "run"
+    block = ("--block-size", "4", "--num-layers", "2", "--draft-attn-impl", "sdpa")
+    args = TrainArgs(
+        verifier=zoo.path,
+        data=data,
+        save_dir=save,
+        total_seq_len=128,
+        epochs=1,
+        max_steps=STEPS,
+        resume=False,
+        draft_arch="deepseek_v3",
+        speculator_type="dspark",
+        extra=block,
+    )
+    cmd = [str(BIN / "speculators"), "train", *train_args(args)]
+    proc = run(cmd, cwd=tmp_path, timeout=900)
+    out = proc.stdout + proc.stderr
+    ckpt = save / "checkpoints" / "0"
+    state = json.loads((ckpt / "training_state.json").read_text())
+    assert state["global_step"] == STEPS, out[-3000:]
+    config = json.loads((ckpt / "config.json").read_text())
+    assert config["speculators_model_type"] == "dspark"
+    layer = config["transformer_layer_config"]
+    assert layer["model_type"] == "deepseek_v3"
+    text = json.loads((zoo.path / "config.json").read_text())["text_config"]
+    for name in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+        assert layer[name] == text[name], name
+    assert config["draft_vocab_size"] == text["vocab_size"]
+
+    from speculators import SpeculatorModel
+
+    draft: Any = SpeculatorModel.from_pretrained(str(ckpt))
+    assert type(draft.layers[0]).__name__ == "DeepseekV3DFlashDecoderLayer"
+    kv_a = draft.layers[0].self_attn.kv_a_proj_with_mqa
+    assert kv_a.out_features == text["kv_lora_rank"] + text["qk_rope_head_dim"]
+    _check_evaluate(zoo, ckpt, data)
+
+    # A reduced vocabulary: refused in one line before the trainer does any work.
+    again = [*cmd, "--draft-vocab-size", "64", "--save-path", str(tmp_path / "no")]
+    proc = run(again, cwd=tmp_path, timeout=300, check=False)
+    assert proc.returncode == 1
+    assert "predicts over the verifier's full vocabulary" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "no" / "checkpoints").exists()
+
+
 def _check_evaluate(zoo: Member, ckpt: Path, data: Path, hybrid: bool = False) -> None:
     """`speculators-kimi evaluate` on the member: its verifier computes the
     member's own logits (real transformers class), and speculative decoding with
