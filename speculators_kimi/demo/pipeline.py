@@ -83,9 +83,9 @@ def _stage_cache(ctx: DemoContext) -> StageCache:
             Stage("acceptance", acceptance_inputs, (), partial(stages.acceptance, ctx)),
             Stage(
                 "block-drafter",
+                # Its training settings are the train stage's: a change there
+                # redoes every later stage, this one too.
                 {
-                    **train_inputs,
-                    **acceptance_inputs,
                     "algorithm": s.block_drafter,
                     "block_size": s.block_size,
                     "block_layers": s.block_layers,

@@ -34,6 +34,9 @@ def _acceptance_lines(al: dict[str, Any]) -> list[str]:
     return lines
 
 
+_NAMES = {"dspark": "DSpark", "dflash": "DFlash"}
+
+
 def _block_lines(block: dict[str, Any] | None) -> list[str]:
     """The block drafter's run and acceptance length (``--block-drafter``)."""
     if not block:
@@ -51,9 +54,6 @@ def _block_lines(block: dict[str, Any] | None) -> list[str]:
         f"position {rates}; {r['num_prompts']} held-out prompts; lossless "
         f"{r['lossless']})",
     ]
-
-
-_NAMES = {"dspark": "DSpark", "dflash": "DFlash"}
 
 
 def format_report(r: dict[str, Any]) -> str:

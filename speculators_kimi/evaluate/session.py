@@ -102,7 +102,6 @@ def check_draft_fits(checkpoint: str | Path, verifier: str | Path) -> None:
     from speculators.utils.text_config import load_config_dict, text_config_dict
 
     draft = load_config_dict(checkpoint)
-    check_decodable(checkpoint, draft)
     layer = draft.get("transformer_layer_config") or {}
     text = text_config_dict(load_config_dict(verifier))
     trained_for = (draft.get("speculators_config") or {}).get("verifier") or {}

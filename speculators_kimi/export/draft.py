@@ -137,18 +137,17 @@ def export_draft(
         layers = int(serving["num_hidden_layers"])
         causality = BlockCausality((False,) * layers, False)
         architecture = K3_CLASS
-    elif algorithm in SERVE_METHOD:
-        serving, causality = block_serving_config(config, hub_id)
-    else:
-        serving = serving_config(
-            config,
-            verifier_id=hub_id,
-            has_input_norm="input_norm.weight" in tensors,
-            verifier=local,
-        )
-    if architecture is not None:
         kept, dropped = k3_dspark_tensors(tensors)
     else:
+        if algorithm in SERVE_METHOD:
+            serving, causality = block_serving_config(config, hub_id)
+        else:
+            serving = serving_config(
+                config,
+                verifier_id=hub_id,
+                has_input_norm="input_norm.weight" in tensors,
+                verifier=local,
+            )
         kept, dropped = served_tensors(
             config, tensors, verifier=local, keep_embeddings=keep_embeddings
         )

@@ -227,6 +227,31 @@ def _vllm_block(draft, config, ctx_aux, block_ids, prev_ids):  # type: ignore[no
     return hidden, logits.float(), confidence
 
 
+def block_step_inputs(ours, source, n: int):  # type: ignore[no-untyped-def]
+    """The one block step both drafts run: the aux states of ``n`` context
+    tokens of a seeded prompt, the block (its next token as the anchor, then
+    mask tokens) and the sequential heads' previous tokens (the anchor, then
+    stand-ins for the drafted ones; shifted by one slot unless the anchor
+    proposes)."""
+    import torch
+
+    b = int(ours.block_size)
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, source.vocab_size, (n + 1,), generator=gen)
+    aux = source.states(prompt.tolist()).float()[:n]
+    block_ids = torch.full((b,), int(ours.mask_token_id))
+    block_ids[0] = prompt[n]
+    prev_ids = torch.cat(
+        [
+            prompt[n : n + 1],
+            torch.randint(0, source.vocab_size, (b - 1,), generator=gen),
+        ]
+    )
+    if not bool(ours.config.sample_from_anchor):
+        prev_ids = torch.cat([prev_ids[:1], prev_ids[:-1]])
+    return aux, block_ids, prev_ids
+
+
 def _compare(theirs, mine, draft_to_target, vocab: int) -> dict:  # type: ignore[no-untyped-def]
     import torch
 
@@ -267,21 +292,8 @@ def check_block_layout(request: CheckRequest) -> dict[str, Any]:
     torch.set_default_dtype(torch.float32)
 
     b = int(ours.block_size)
-    gen = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, source.vocab_size, (request.tokens + 1,), generator=gen)
-    n = request.tokens  # context tokens; the next one is the anchor
-    aux = source.states(prompt.tolist()).float()[:n]
-    block_ids = torch.full((b,), int(ours.mask_token_id))
-    block_ids[0] = prompt[n]
-    # DSpark's previous tokens: the anchor, then stand-ins for the drafted ones.
-    prev_ids = torch.cat(
-        [
-            prompt[n : n + 1],
-            torch.randint(0, source.vocab_size, (b - 1,), generator=gen),
-        ]
-    )
-    if not bool(ours.config.sample_from_anchor):
-        prev_ids = torch.cat([prev_ids[:1], prev_ids[:-1]])
+    n = request.tokens
+    aux, block_ids, prev_ids = block_step_inputs(ours, source, n)
 
     draft, config, built = _build(
         hf_config, request, source.num_hidden_layers, source.vocab_size

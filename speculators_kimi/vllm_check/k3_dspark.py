@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluate.session import cast_draft
-from .block_layout import _compare, _ours_block
+from .block_layout import _compare, _ours_block, block_step_inputs
 from .draft import aux_source, export_tensors, vllm_version
 from .native_mla import _text_target
 from .request import CheckRequest
@@ -265,20 +265,8 @@ def check_k3_dspark(request: CheckRequest, exported: dict[str, Any]) -> dict:
     report.update(_load(draft, config, request, head))
 
     b = int(ours.block_size)
-    gen = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, source.vocab_size, (request.tokens + 1,), generator=gen)
-    n = request.tokens  # context tokens; the next one is the anchor
-    aux = source.states(prompt.tolist()).float()[:n]
-    block_ids = torch.full((b,), int(ours.mask_token_id))
-    block_ids[0] = prompt[n]
-    # The Markov chain's previous tokens: the anchor, then stand-ins for the
-    # drafted ones (sample_from_anchor: slot k reads the token at p + k).
-    prev_ids = torch.cat(
-        [
-            prompt[n : n + 1],
-            torch.randint(0, source.vocab_size, (b - 1,), generator=gen),
-        ]
-    )
+    n = request.tokens
+    aux, block_ids, prev_ids = block_step_inputs(ours, source, n)
     rows = _Rows(ours, block_ids)
     gc.collect()
     _, theirs, their_conf, pages = _vllm_block(

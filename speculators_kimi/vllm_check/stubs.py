@@ -121,6 +121,31 @@ BLOCK_STUBS = [
 ]
 
 
+def _rms_norm(out, x, weight, epsilon):  # type: ignore[no-untyped-def]
+    """``vllm._custom_ops.rms_norm`` (out-parameter, a 2-D weight: one row per
+    layer) through vLLM's own native ``vllm.ir.ops.rms_norm``."""
+    from vllm import ir
+
+    if weight is not None and weight.dim() == 2:  # one weight per layer
+        for i in range(weight.shape[0]):
+            out[i].copy_(ir.ops.rms_norm(x[i], weight[i], epsilon))
+    else:
+        out.copy_(ir.ops.rms_norm(x, weight, epsilon))
+
+
+def _rotary_embedding(positions, query, key, head_size, cache, is_neox):  # type: ignore[no-untyped-def]
+    """``vllm._custom_ops.rotary_embedding`` (in place) through vLLM's own
+    ``RotaryEmbedding.forward_static``."""
+    from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+
+    q, k = RotaryEmbedding.forward_static(
+        positions, query, key, head_size, cache.shape[-1], cache, is_neox
+    )
+    query.copy_(q)
+    if key is not None:
+        key.copy_(k)
+
+
 def stub_block_drafter() -> None:
     """vLLM's DFlash-family CUDA-only pieces -> the stand-ins :data:`BLOCK_STUBS`
     names (the DSpark and DFlash2 classes build on the same module)."""
@@ -128,8 +153,6 @@ def stub_block_drafter() -> None:
 
     import torch
     import vllm.model_executor.models.qwen3_dflash as vllm_dflash
-    from vllm import ir
-    from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
 
     class BlockAttention(torch.nn.Module):
         def __init__(
@@ -180,24 +203,9 @@ def stub_block_drafter() -> None:
             )
             return out.transpose(0, 1).reshape(n, -1)
 
-    def rms_norm(out, x, weight, epsilon):  # type: ignore[no-untyped-def]
-        if weight is not None and weight.dim() == 2:  # one weight per layer
-            for i in range(weight.shape[0]):
-                out[i].copy_(ir.ops.rms_norm(x[i], weight[i], epsilon))
-        else:
-            out.copy_(ir.ops.rms_norm(x, weight, epsilon))
-
-    def rotary_embedding(positions, query, key, head_size, cache, is_neox):  # type: ignore[no-untyped-def]
-        q, k = RotaryEmbedding.forward_static(
-            positions, query, key, head_size, cache.shape[-1], cache, is_neox
-        )
-        query.copy_(q)
-        if key is not None:
-            key.copy_(k)
-
     vllm_dflash.Attention = BlockAttention  # type: ignore[misc]
     vllm_dflash.ops = types.SimpleNamespace(  # type: ignore[assignment]
-        rms_norm=rms_norm, rotary_embedding=rotary_embedding
+        rms_norm=_rms_norm, rotary_embedding=_rotary_embedding
     )
 
 
@@ -320,21 +328,6 @@ def stub_k3_dspark() -> None:
     def fused_q_kv_rmsnorm(qr, kv, q_weight, kv_weight, eps):  # type: ignore[no-untyped-def]
         return ir.ops.rms_norm(qr, q_weight, eps), ir.ops.rms_norm(kv, kv_weight, eps)
 
-    def rms_norm(out, x, weight, epsilon):  # type: ignore[no-untyped-def]
-        if weight is not None and weight.dim() == 2:  # one weight per layer
-            for i in range(weight.shape[0]):
-                out[i].copy_(ir.ops.rms_norm(x[i], weight[i], epsilon))
-        else:
-            out.copy_(ir.ops.rms_norm(x, weight, epsilon))
-
-    def rotary_embedding(positions, query, key, head_size, cache, is_neox):  # type: ignore[no-untyped-def]
-        q, k = RotaryEmbedding.forward_static(
-            positions, query, key, head_size, cache.shape[-1], cache, is_neox
-        )
-        query.copy_(q)
-        if key is not None:
-            key.copy_(k)
-
     def concat_and_cache_mla_grouped(  # type: ignore[no-untyped-def]
         kv_c, k_pe, cache_ptrs, slot_mapping, *_: object
     ):
@@ -352,8 +345,8 @@ def stub_k3_dspark() -> None:
     vllm_mla.get_mla_prefill_backend = lambda *a, **k: _Placeholder  # type: ignore[assignment]
     vllm_mla.fused_q_kv_rmsnorm = fused_q_kv_rmsnorm  # type: ignore[assignment]
     vllm_k3.ops = types.SimpleNamespace(  # type: ignore[assignment]
-        rms_norm=rms_norm,
-        rotary_embedding=rotary_embedding,
+        rms_norm=_rms_norm,
+        rotary_embedding=_rotary_embedding,
         concat_and_cache_mla_grouped=concat_and_cache_mla_grouped,
     )
 
