@@ -9,6 +9,8 @@ hardware yet.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +25,7 @@ __all__ = [
     "LaunchShape",
     "head_blocks",
     "pick_blocks",
+    "tile_overrides",
 ]
 
 #: (BLOCK_M, BLOCK_N, num_warps, num_stages).
@@ -78,6 +81,26 @@ _CONFIGS: dict[tuple[str, bool, int, int], KernelConfig] = {
 }
 
 
+_OVERRIDES: dict[str, KernelConfig] = {}
+
+
+@contextlib.contextmanager
+def tile_overrides(overrides: Mapping[str, KernelConfig]) -> Iterator[None]:
+    """Launch the named kernels (``KERNELS``) with these configs instead of the
+    table's, whatever the shape: for the device tile sweep, which checks each
+    candidate against the default tiles' outputs before timing it."""
+    unknown = set(overrides) - set(KERNELS)
+    if unknown:
+        raise ValueError(f"unknown kernels {sorted(unknown)}; one of {KERNELS}")
+    previous = dict(_OVERRIDES)
+    _OVERRIDES.update(overrides)
+    try:
+        yield
+    finally:
+        _OVERRIDES.clear()
+        _OVERRIDES.update(previous)
+
+
 def head_blocks(d_qk: int, d_v: int) -> tuple[int, int]:
     """Tile widths of the q/k and v heads: the next powers of two, at least 16
     (``tl.arange`` and ``tl.dot`` need them); columns past the head are masked."""
@@ -100,6 +123,8 @@ def pick_blocks(
     (256, 128); others use the wider dim's config."""
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; one of {KERNELS}")
+    if kernel in _OVERRIDES:
+        return _OVERRIDES[kernel]
     if interpreting():
         return INTERPRETER_BLOCKS[0], INTERPRETER_BLOCKS[1], 1, 1
     qk = _bucket(block_qk)
