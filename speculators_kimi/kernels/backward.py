@@ -2,16 +2,17 @@
 
 Three launches, all deterministic (no atomics):
 
-1. ``dq``: per (query tile, query head). Computes ``Delta = rowsum(dO * O)`` for its
-   rows (stored for the next launches), then dQ from the block-0 tiles (as in the
-   forward: the per-element mask on edge tiles only) plus the diagonal terms
-   ``ds_j k_j`` of blocks ``j = 1..t``.
-2. ``dkv0``: per (key tile of block 0, KV head). Loops over the group's query heads
-   and the query tiles that can see the key tile (``tiles.key_tile_queries``), the
-   mask on edge tiles only.
-3. ``dkv_diag``: per (row tile, KV head), blocks ``j = 1..t``: key ``jN + i`` is only
-   seen by row ``i`` of the group's heads, so ``dK_j[i] = scale * sum_g ds_j q`` and
-   ``dV_j[i] = sum_g p_j dO``.
+1. ``dq``: per (query head, query tile), heaviest tiles first. Computes ``Delta =
+   rowsum(dO * O)`` for its rows (stored for the next launches), then dQ from the
+   block-0 tiles (as in the forward: masked edges, then the unmasked interior) plus
+   the diagonal terms ``ds_j k_j`` of blocks ``j = 1..t`` (unrolled).
+2. ``dkv0``: per (KV head, key tile of block 0), the first (most seen) tiles first.
+   Loops over the group's query heads and, per head, the query tiles that can see
+   the key tile (``tiles.key_tile_queries``) in two stages: both masked edges
+   through one index remap, then the interior.
+3. ``dkv_diag``: per (KV head, row tile), all blocks ``j = 1..t`` at once: key ``jN +
+   i`` is only seen by row ``i`` of the group's heads, so ``dK_j[i] = scale * sum_g
+   ds_j q`` and ``dV_j[i] = sum_g p_j dO``; q, dO, LSE and Delta load once per head.
 
 Probabilities are recomputed as ``p = 2^(s - LSE2)`` from the forward's base-2 LSE.
 q/k tensors have head dim ``D_QK``, v/o tensors ``D_V``.
@@ -27,394 +28,256 @@ from .configs import LaunchShape
 from .jit import lazy_jit, row_strides
 from .tiles import (
     DOC,
+    EDGES,
+    INTERIOR,
     allowed,
     head,
     key_tile,
     key_tile_queries,
     layout_row,
     load_diagonal,
+    load_qk,
     load_rows,
+    qk_dot,
     query_tile_keys,
+    rowwise_qk,
+    store_qk,
     store_rows,
+    tile_count,
+    tile_start,
 )
 
 __all__ = ["run_backward"]
 
 
 @triton.jit
-def _diagonal_ds(q32, do32, k_j, v_j, lse, delta, qk_scale, row_valid):
-    """``p_j`` and ``ds_j / scale`` of diagonal block ``j`` for each row (fp32)."""
-    s_j = tl.sum(q32 * k_j, axis=1) * qk_scale
-    p_j = tl.where(row_valid, tl.math.exp2(s_j - lse), 0.0)
-    return p_j, p_j * (tl.sum(do32 * v_j, axis=1) - delta)
-
-
-@triton.jit
-def _dq_block0(
-    dq,
-    q,
-    do,
-    lse,
-    delta,
-    rows,
-    doc_q,
-    k_base,
-    v_base,
-    skn,
-    svn,
-    LAYOUT,
-    lo,
-    hi,
-    N,
-    WINDOW,
-    qk_scale,
-    D_QK: tl.constexpr,
-    D_V: tl.constexpr,
-    BLOCK_QK: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    MASKED: tl.constexpr,
-    COMPUTE: tl.constexpr,
-    PREC: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """dQ of ``rows`` from the block-0 key tiles ``[lo, hi)`` (unscaled)."""
-    for start_n in range(lo, hi, BLOCK_N):
-        s, k, v = key_tile(
-            q, rows, doc_q, k_base, v_base, skn, svn, LAYOUT, start_n, N, WINDOW,
-            qk_scale, D_QK, D_V, BLOCK_QK, BLOCK_V, HAS_WINDOW, MASKED, COMPUTE,
-            PREC, BLOCK_N,
-        )  # fmt: skip
+def _dq_block0(dq, q, do, lse, delta, rows, doc_q, kv, LAYOUT, bounds, N, WINDOW,
+               qk_scale, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT, D_V, BLOCK_V, HAS_WINDOW,
+               COMPUTE, PREC, BLOCK_N: tl.constexpr,
+               STAGE: tl.constexpr):  # fmt: skip
+    """dQ (a pair, unscaled) of ``rows`` from the block-0 key tiles of ``STAGE``."""
+    dq_a, dq_b = dq
+    for i in range(0, tile_count(bounds, BLOCK_N, STAGE)):
+        start_n = tile_start(i, bounds, BLOCK_N, STAGE)
+        s, k, v = key_tile(q, rows, doc_q, kv, LAYOUT, start_n, N, WINDOW, qk_scale,
+                           D_QK, BLOCK_QK, BLOCK_QK2, SPLIT, D_V, BLOCK_V, HAS_WINDOW,
+                           STAGE == EDGES, COMPUTE, PREC, BLOCK_N)  # fmt: skip
         p = tl.math.exp2(s - lse[:, None])  # 0 where masked (s = -inf)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(COMPUTE), k, input_precision=PREC)
-    return dq
+        ds = (p * (dp - delta[:, None])).to(COMPUTE)
+        dq_a += tl.dot(ds, k[0], input_precision=PREC)
+        if SPLIT:
+            dq_b += tl.dot(ds, k[1], input_precision=PREC)
+    return dq_a, dq_b
 
 
 def _dq_kernel(
-    Q,
-    K,
-    V,
-    Out,
-    DO,
-    LSE,
-    DELTA,
-    DQ,
-    LAYOUT,
-    sqb,
-    sqh,
-    sqn,
-    skb,
-    skh,
-    skn,
-    svb,
-    svh,
-    svn,
-    sob,
-    soh,
-    son,
-    sdob,
-    sdoh,
-    sdon,
-    sdqb,
-    sdqh,
-    sdqn,
-    N,
-    HQ,
-    NUM_BLOCKS,
-    WINDOW,
-    qk_scale,
-    sm_scale,
-    D_QK: tl.constexpr,
-    D_V: tl.constexpr,
-    BLOCK_QK: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    GROUP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    COMPUTE: tl.constexpr,
-    PREC: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    Q, K, V, Out, DO, LSE, DELTA, DQ, LAYOUT,  # tensors
+    q_strides, k_strides, v_strides, o_strides, do_strides, dq_strides,
+    N, HQ, WINDOW, qk_scale, sm_scale,
+    NUM_BLOCKS: tl.constexpr,  # block 0 + TTT steps: the diagonal is unrolled
+    D_QK: tl.constexpr, BLOCK_QK: tl.constexpr, BLOCK_QK2: tl.constexpr,
+    SPLIT: tl.constexpr, D_V: tl.constexpr, BLOCK_V: tl.constexpr,
+    GROUP: tl.constexpr, COMPUTE: tl.constexpr,  # head shape
+    HAS_WINDOW: tl.constexpr, PREC: tl.constexpr,  # block 0
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  # tile
+):  # fmt: skip
+    pid_bh = tl.program_id(0)
+    pid_m = tl.num_programs(1) - 1 - tl.program_id(1)  # heaviest query tiles first
     b = pid_bh // HQ
     h = pid_bh % HQ
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_valid = rows < N
-    k_base = head(K, b, h // GROUP, skb, skh)
-    v_base = head(V, b, h // GROUP, svb, svh)
-
-    q = load_rows(
-        head(Q, b, h, sqb, sqh), rows, sqn, row_valid, D_QK, BLOCK_QK, COMPUTE
-    )
-    do = load_rows(
-        head(DO, b, h, sdob, sdoh), rows, sdon, row_valid, D_V, BLOCK_V, COMPUTE
-    )
-    o = load_rows(
-        head(Out, b, h, sob, soh), rows, son, row_valid, D_V, BLOCK_V, tl.float32
-    )
+    kv = (head(K, b, h // GROUP, k_strides), head(V, b, h // GROUP, v_strides),
+          k_strides[2], v_strides[2])  # fmt: skip
+    q = load_qk(head(Q, b, h, q_strides), rows, q_strides[2], row_valid, D_QK,
+                BLOCK_QK, BLOCK_QK2, SPLIT, COMPUTE)  # fmt: skip
+    do = load_rows(head(DO, b, h, do_strides), rows, do_strides[2], row_valid, D_V,
+                   BLOCK_V, COMPUTE)  # fmt: skip
+    o = load_rows(head(Out, b, h, o_strides), rows, o_strides[2], row_valid, D_V,
+                  BLOCK_V, tl.float32)  # fmt: skip
     delta = tl.sum(do.to(tl.float32) * o, axis=1)
     row_base = pid_bh.to(tl.int64) * N
     tl.store(DELTA + row_base + rows, delta, mask=row_valid)
     lse = tl.load(LSE + row_base + rows, mask=row_valid, other=0.0)
     doc_q = layout_row(LAYOUT, DOC, rows, row_valid, N, -1)
-    lo, full_lo, full_hi, hi = query_tile_keys(
-        LAYOUT, rows, row_valid, N, WINDOW, HAS_WINDOW, BLOCK_M, BLOCK_N
-    )
+    bounds = query_tile_keys(LAYOUT, rows, row_valid, N, WINDOW, HAS_WINDOW, BLOCK_M,
+                             BLOCK_N)  # fmt: skip
 
-    dq = tl.zeros([BLOCK_M, BLOCK_QK], dtype=tl.float32)
-    dq = _dq_block0(
-        dq, q, do, lse, delta, rows, doc_q, k_base, v_base, skn, svn, LAYOUT, lo,
-        full_lo, N, WINDOW, qk_scale, D_QK, D_V, BLOCK_QK, BLOCK_V, HAS_WINDOW,
-        True, COMPUTE, PREC, BLOCK_N,
-    )  # fmt: skip
-    dq = _dq_block0(
-        dq, q, do, lse, delta, rows, doc_q, k_base, v_base, skn, svn, LAYOUT,
-        full_lo, full_hi, N, WINDOW, qk_scale, D_QK, D_V, BLOCK_QK, BLOCK_V,
-        HAS_WINDOW, False, COMPUTE, PREC, BLOCK_N,
-    )  # fmt: skip
-    dq = _dq_block0(
-        dq, q, do, lse, delta, rows, doc_q, k_base, v_base, skn, svn, LAYOUT,
-        full_hi, hi, N, WINDOW, qk_scale, D_QK, D_V, BLOCK_QK, BLOCK_V, HAS_WINDOW,
-        True, COMPUTE, PREC, BLOCK_N,
-    )  # fmt: skip
+    dq = (tl.zeros([BLOCK_M, BLOCK_QK], dtype=tl.float32),
+          tl.zeros([BLOCK_M, BLOCK_QK2], dtype=tl.float32))  # fmt: skip
+    dq = _dq_block0(dq, q, do, lse, delta, rows, doc_q, kv, LAYOUT, bounds, N, WINDOW,
+                    qk_scale, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT, D_V, BLOCK_V,
+                    HAS_WINDOW, COMPUTE, PREC, BLOCK_N, EDGES)  # fmt: skip
+    dq = _dq_block0(dq, q, do, lse, delta, rows, doc_q, kv, LAYOUT, bounds, N, WINDOW,
+                    qk_scale, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT, D_V, BLOCK_V,
+                    HAS_WINDOW, COMPUTE, PREC, BLOCK_N, INTERIOR)  # fmt: skip
+    dq_a, dq_b = dq
 
-    q32 = q.to(tl.float32)
-    do32 = do.to(tl.float32)
-    for j in range(1, NUM_BLOCKS):
-        k_j, v_j = load_diagonal(
-            k_base, v_base, skn, svn, rows, row_valid, j, N, D_QK, D_V, BLOCK_QK,
-            BLOCK_V, COMPUTE,
-        )  # fmt: skip
-        _, ds_j = _diagonal_ds(q32, do32, k_j, v_j, lse, delta, qk_scale, row_valid)
-        dq += ds_j[:, None] * k_j
+    # diagonal blocks j = 1..t, unrolled, the next block's rows loaded first
+    if NUM_BLOCKS > 1:
+        do32 = do.to(tl.float32)
+        nxt = load_diagonal(kv, rows, row_valid, 1, N, D_QK, BLOCK_QK, BLOCK_QK2,
+                            SPLIT, D_V, BLOCK_V, COMPUTE)  # fmt: skip
+        for j in tl.static_range(1, NUM_BLOCKS):
+            k_j, v_j = nxt
+            if j + 1 < NUM_BLOCKS:
+                nxt = load_diagonal(kv, rows, row_valid, j + 1, N, D_QK, BLOCK_QK,
+                                    BLOCK_QK2, SPLIT, D_V, BLOCK_V,
+                                    COMPUTE)  # fmt: skip
+            p_j = tl.math.exp2(rowwise_qk(q, k_j, SPLIT) * qk_scale - lse)
+            p_j = tl.where(row_valid, p_j, 0.0)
+            ds_j = p_j * (tl.sum(do32 * v_j.to(tl.float32), axis=1) - delta)
+            dq_a += ds_j[:, None] * k_j[0].to(tl.float32)
+            if SPLIT:
+                dq_b += ds_j[:, None] * k_j[1].to(tl.float32)
 
-    store_rows(head(DQ, b, h, sdqb, sdqh), rows, sdqn, row_valid, D_QK, dq * sm_scale)
+    store_qk(head(DQ, b, h, dq_strides), rows, dq_strides[2], row_valid, D_QK,
+             BLOCK_QK, SPLIT, (dq_a * sm_scale, dq_b * sm_scale))  # fmt: skip
 
 
 @triton.jit
-def _dkv_block0(
-    dk,
-    dv,
-    k,
-    v,
-    cols,
-    doc_k,
-    q_base,
-    do_base,
-    LSE,
-    DELTA,
-    row_base,
-    sqn,
-    sdon,
-    LAYOUT,
-    lo,
-    hi,
-    N,
-    WINDOW,
-    qk_scale,
-    D_QK: tl.constexpr,
-    D_V: tl.constexpr,
-    BLOCK_QK: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    MASKED: tl.constexpr,
-    COMPUTE: tl.constexpr,
-    PREC: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-):
-    """dK, dV of the key tile ``cols`` from one head's query tiles ``[lo, hi)``,
-    computed as transposed tiles (rows: keys, columns: queries; dK unscaled)."""
-    for start_m in range(lo, hi, BLOCK_M):
-        rows = start_m + tl.arange(0, BLOCK_M)
+def _dkv_block0(dk, dv, k, v, cols, doc_k, qo, LSE, DELTA, row_base, LAYOUT, bounds,
+                N, WINDOW, qk_scale, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT, D_V, BLOCK_V,
+                HAS_WINDOW, COMPUTE, PREC, BLOCK_M: tl.constexpr,
+                STAGE: tl.constexpr):  # fmt: skip
+    """dK (a pair, unscaled) and dV of the key tile ``cols`` from one head's query
+    tiles of ``STAGE``, as transposed tiles (rows: keys, columns: queries);
+    ``qo = (q_base, do_base, q_row_stride, do_row_stride)``."""
+    q_base, do_base, sqn, sdon = qo
+    dk_a, dk_b = dk
+    for i in range(0, tile_count(bounds, BLOCK_M, STAGE)):
+        rows = tile_start(i, bounds, BLOCK_M, STAGE) + tl.arange(0, BLOCK_M)
         row_valid = rows < N
-        q = load_rows(q_base, rows, sqn, row_valid, D_QK, BLOCK_QK, COMPUTE)
+        q = load_qk(q_base, rows, sqn, row_valid, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT,
+                    COMPUTE)  # fmt: skip
         do = load_rows(do_base, rows, sdon, row_valid, D_V, BLOCK_V, COMPUTE)
         lse = tl.load(LSE + row_base + rows, mask=row_valid, other=0.0)
         delta = tl.load(DELTA + row_base + rows, mask=row_valid, other=0.0)
-        s_t = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale
-        p_t = tl.math.exp2(s_t - lse[None, :])
-        if MASKED:
+        p_t = tl.math.exp2(qk_dot(k, q, SPLIT, PREC) * qk_scale - lse[None, :])
+        if STAGE == EDGES:
             doc_q = layout_row(LAYOUT, DOC, rows, row_valid, N, -1)
-            ok = allowed(
-                rows[None, :], cols[:, None], doc_q[None, :], doc_k[:, None],
-                WINDOW, HAS_WINDOW,
-            )  # fmt: skip
+            ok = allowed(rows[None, :], cols[:, None], doc_q[None, :], doc_k[:, None],
+                         WINDOW, HAS_WINDOW)  # fmt: skip
             p_t = tl.where(ok, p_t, 0.0)
         dv += tl.dot(p_t.to(COMPUTE), do, input_precision=PREC)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PREC)
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk += tl.dot(ds_t.to(COMPUTE), q, input_precision=PREC)
-    return dk, dv
+        ds_t = (p_t * (dp_t - delta[None, :])).to(COMPUTE)
+        dk_a += tl.dot(ds_t, q[0], input_precision=PREC)
+        if SPLIT:
+            dk_b += tl.dot(ds_t, q[1], input_precision=PREC)
+    return (dk_a, dk_b), dv
 
 
 def _dkv0_kernel(
-    Q,
-    K,
-    V,
-    DO,
-    LSE,
-    DELTA,
-    DK,
-    DV,
-    LAYOUT,
-    sqb,
-    sqh,
-    sqn,
-    skb,
-    skh,
-    skn,
-    svb,
-    svh,
-    svn,
-    sdob,
-    sdoh,
-    sdon,
-    sdkb,
-    sdkh,
-    sdkn,
-    sdvb,
-    sdvh,
-    sdvn,
-    N,
-    HQ,
-    HKV,
-    WINDOW,
-    qk_scale,
-    sm_scale,
-    D_QK: tl.constexpr,
-    D_V: tl.constexpr,
-    BLOCK_QK: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    GROUP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    COMPUTE: tl.constexpr,
-    PREC: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    Q, K, V, DO, LSE, DELTA, DK, DV, LAYOUT,  # tensors
+    q_strides, k_strides, v_strides, do_strides, dk_strides, dv_strides,
+    N, HQ, HKV, WINDOW, qk_scale, sm_scale,
+    D_QK: tl.constexpr, BLOCK_QK: tl.constexpr, BLOCK_QK2: tl.constexpr,
+    SPLIT: tl.constexpr, D_V: tl.constexpr, BLOCK_V: tl.constexpr,
+    GROUP: tl.constexpr, COMPUTE: tl.constexpr,  # head shape
+    HAS_WINDOW: tl.constexpr, PREC: tl.constexpr,  # block 0
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  # tile: queries x keys
+):  # fmt: skip
+    pid_bh = tl.program_id(0)
+    pid_n = tl.program_id(1)  # the first key tiles are seen by the most queries
     b = pid_bh // HKV
     hk = pid_bh % HKV
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_valid = cols < N
-
-    k = load_rows(
-        head(K, b, hk, skb, skh), cols, skn, col_valid, D_QK, BLOCK_QK, COMPUTE
-    )
-    v = load_rows(head(V, b, hk, svb, svh), cols, svn, col_valid, D_V, BLOCK_V, COMPUTE)
+    k = load_qk(head(K, b, hk, k_strides), cols, k_strides[2], col_valid, D_QK,
+                BLOCK_QK, BLOCK_QK2, SPLIT, COMPUTE)  # fmt: skip
+    v = load_rows(head(V, b, hk, v_strides), cols, v_strides[2], col_valid, D_V,
+                  BLOCK_V, COMPUTE)  # fmt: skip
     doc_k = layout_row(LAYOUT, DOC, cols, col_valid, N, -2)
-    lo, full_lo, full_hi, hi = key_tile_queries(
-        LAYOUT, cols, col_valid, N, WINDOW, HAS_WINDOW, BLOCK_M, BLOCK_N
-    )
+    bounds = key_tile_queries(LAYOUT, cols, col_valid, N, WINDOW, HAS_WINDOW, BLOCK_M,
+                              BLOCK_N)  # fmt: skip
 
-    dk = tl.zeros([BLOCK_N, BLOCK_QK], dtype=tl.float32)
+    dk = (tl.zeros([BLOCK_N, BLOCK_QK], dtype=tl.float32),
+          tl.zeros([BLOCK_N, BLOCK_QK2], dtype=tl.float32))  # fmt: skip
     dv = tl.zeros([BLOCK_N, BLOCK_V], dtype=tl.float32)
-    for g in range(GROUP):
+    for g in range(GROUP):  # the group's query heads, in order: no atomics
         h = hk * GROUP + g
-        q_base = head(Q, b, h, sqb, sqh)
-        do_base = head(DO, b, h, sdob, sdoh)
+        qo = (head(Q, b, h, q_strides), head(DO, b, h, do_strides), q_strides[2],
+              do_strides[2])  # fmt: skip
         row_base = (b * HQ + h).to(tl.int64) * N
-        dk, dv = _dkv_block0(
-            dk, dv, k, v, cols, doc_k, q_base, do_base, LSE, DELTA, row_base, sqn,
-            sdon, LAYOUT, lo, full_lo, N, WINDOW, qk_scale, D_QK, D_V, BLOCK_QK,
-            BLOCK_V, HAS_WINDOW, True, COMPUTE, PREC, BLOCK_M,
-        )  # fmt: skip
-        dk, dv = _dkv_block0(
-            dk, dv, k, v, cols, doc_k, q_base, do_base, LSE, DELTA, row_base, sqn,
-            sdon, LAYOUT, full_lo, full_hi, N, WINDOW, qk_scale, D_QK, D_V,
-            BLOCK_QK, BLOCK_V, HAS_WINDOW, False, COMPUTE, PREC, BLOCK_M,
-        )  # fmt: skip
-        dk, dv = _dkv_block0(
-            dk, dv, k, v, cols, doc_k, q_base, do_base, LSE, DELTA, row_base, sqn,
-            sdon, LAYOUT, full_hi, hi, N, WINDOW, qk_scale, D_QK, D_V, BLOCK_QK,
-            BLOCK_V, HAS_WINDOW, True, COMPUTE, PREC, BLOCK_M,
-        )  # fmt: skip
+        dk, dv = _dkv_block0(dk, dv, k, v, cols, doc_k, qo, LSE, DELTA, row_base,
+                             LAYOUT, bounds, N, WINDOW, qk_scale, D_QK, BLOCK_QK,
+                             BLOCK_QK2, SPLIT, D_V, BLOCK_V, HAS_WINDOW, COMPUTE,
+                             PREC, BLOCK_M, EDGES)  # fmt: skip
+        dk, dv = _dkv_block0(dk, dv, k, v, cols, doc_k, qo, LSE, DELTA, row_base,
+                             LAYOUT, bounds, N, WINDOW, qk_scale, D_QK, BLOCK_QK,
+                             BLOCK_QK2, SPLIT, D_V, BLOCK_V, HAS_WINDOW, COMPUTE,
+                             PREC, BLOCK_M, INTERIOR)  # fmt: skip
 
-    store_rows(head(DK, b, hk, sdkb, sdkh), cols, sdkn, col_valid, D_QK, dk * sm_scale)
-    store_rows(head(DV, b, hk, sdvb, sdvh), cols, sdvn, col_valid, D_V, dv)
+    store_qk(head(DK, b, hk, dk_strides), cols, dk_strides[2], col_valid, D_QK,
+             BLOCK_QK, SPLIT, (dk[0] * sm_scale, dk[1] * sm_scale))  # fmt: skip
+    store_rows(head(DV, b, hk, dv_strides), cols, dv_strides[2], col_valid, D_V, dv)
+
+
+@triton.jit
+def _diagonal_rows(base, rows, stride, valid, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                   COMPUTE: tl.constexpr):  # fmt: skip
+    """``[STEPS, BLOCK_M, BLOCK_D]`` rows ``rows`` (``[STEPS, BLOCK_M]``), fp32."""
+    cols = tl.arange(0, BLOCK_D)
+    mask = valid[:, :, None] & (cols[None, None, :] < D)
+    ptrs = base + rows.to(tl.int64)[:, :, None] * stride + cols[None, None, :]
+    return tl.load(ptrs, mask=mask, other=0.0).to(COMPUTE).to(tl.float32)
+
+
+@triton.jit
+def _store_diagonal_rows(base, rows, stride, valid, D: tl.constexpr, value):
+    cols = tl.arange(0, value.shape[2])
+    mask = valid[:, :, None] & (cols[None, None, :] < D)
+    ptrs = base + rows.to(tl.int64)[:, :, None] * stride + cols[None, None, :]
+    tl.store(ptrs, value.to(base.dtype.element_ty), mask=mask)
 
 
 def _dkv_diag_kernel(
-    Q,
-    K,
-    V,
-    DO,
-    LSE,
-    DELTA,
-    DK,
-    DV,
-    sqb,
-    sqh,
-    sqn,
-    skb,
-    skh,
-    skn,
-    svb,
-    svh,
-    svn,
-    sdob,
-    sdoh,
-    sdon,
-    sdkb,
-    sdkh,
-    sdkn,
-    sdvb,
-    sdvh,
-    sdvn,
-    N,
-    HQ,
-    HKV,
-    NUM_BLOCKS,
-    qk_scale,
-    sm_scale,
-    D_QK: tl.constexpr,
-    D_V: tl.constexpr,
-    BLOCK_QK: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    GROUP: tl.constexpr,
-    COMPUTE: tl.constexpr,
+    Q, K, V, DO, LSE, DELTA, DK, DV,  # tensors
+    q_strides, k_strides, v_strides, do_strides, dk_strides, dv_strides,
+    N, HQ, HKV, qk_scale, sm_scale,
+    NUM_BLOCKS: tl.constexpr, STEPS: tl.constexpr,  # t + 1, next_power_of_2(t)
+    D_QK: tl.constexpr, BLOCK_QK: tl.constexpr, D_V: tl.constexpr,
+    BLOCK_V: tl.constexpr, GROUP: tl.constexpr, COMPUTE: tl.constexpr,
     BLOCK_M: tl.constexpr,
-):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+):  # fmt: skip
+    """dK, dV of rows ``rows`` of every diagonal block at once (``[STEPS,
+    BLOCK_M, d]`` tiles): each query head's q, dO, LSE and Delta are loaded once
+    for all steps, each key and value row once."""
+    pid_bh = tl.program_id(0)
+    pid_m = tl.program_id(1)
     b = pid_bh // HKV
     hk = pid_bh % HKV
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_valid = rows < N
-    k_base = head(K, b, hk, skb, skh)
-    v_base = head(V, b, hk, svb, svh)
-    dk_base = head(DK, b, hk, sdkb, sdkh)
-    dv_base = head(DV, b, hk, sdvb, sdvh)
-
-    for j in range(1, NUM_BLOCKS):
-        k_j, v_j = load_diagonal(
-            k_base, v_base, skn, svn, rows, row_valid, j, N, D_QK, D_V, BLOCK_QK,
-            BLOCK_V, COMPUTE,
-        )  # fmt: skip
-        dk = tl.zeros([BLOCK_M, BLOCK_QK], dtype=tl.float32)
-        dv = tl.zeros([BLOCK_M, BLOCK_V], dtype=tl.float32)
-        for g in range(GROUP):
-            h = hk * GROUP + g
-            q = load_rows(
-                head(Q, b, h, sqb, sqh), rows, sqn, row_valid, D_QK, BLOCK_QK, COMPUTE
-            )
-            do = load_rows(
-                head(DO, b, h, sdob, sdoh), rows, sdon, row_valid, D_V, BLOCK_V, COMPUTE
-            )
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
-            row_base = (b * HQ + h).to(tl.int64) * N
-            lse = tl.load(LSE + row_base + rows, mask=row_valid, other=0.0)
-            delta = tl.load(DELTA + row_base + rows, mask=row_valid, other=0.0)
-            p_j, ds_j = _diagonal_ds(q, do, k_j, v_j, lse, delta, qk_scale, row_valid)
-            dk += ds_j[:, None] * q
-            dv += p_j[:, None] * do
-        store_rows(dk_base, rows + j * N, sdkn, row_valid, D_QK, dk * sm_scale)
-        store_rows(dv_base, rows + j * N, sdvn, row_valid, D_V, dv)
+    steps = tl.arange(0, STEPS)
+    kv_rows = (steps[:, None] + 1) * N + rows[None, :]  # block j = step + 1
+    valid = (steps[:, None] < NUM_BLOCKS - 1) & row_valid[None, :]
+    k = _diagonal_rows(head(K, b, hk, k_strides), kv_rows, k_strides[2], valid, D_QK,
+                       BLOCK_QK, COMPUTE)  # fmt: skip
+    v = _diagonal_rows(head(V, b, hk, v_strides), kv_rows, v_strides[2], valid, D_V,
+                       BLOCK_V, COMPUTE)  # fmt: skip
+    dk = tl.zeros([STEPS, BLOCK_M, BLOCK_QK], dtype=tl.float32)
+    dv = tl.zeros([STEPS, BLOCK_M, BLOCK_V], dtype=tl.float32)
+    for g in range(GROUP):
+        h = hk * GROUP + g
+        q = load_rows(head(Q, b, h, q_strides), rows, q_strides[2], row_valid, D_QK,
+                      BLOCK_QK, COMPUTE).to(tl.float32)  # fmt: skip
+        do = load_rows(head(DO, b, h, do_strides), rows, do_strides[2], row_valid, D_V,
+                       BLOCK_V, COMPUTE).to(tl.float32)  # fmt: skip
+        row_base = (b * HQ + h).to(tl.int64) * N
+        lse = tl.load(LSE + row_base + rows, mask=row_valid, other=0.0)
+        delta = tl.load(DELTA + row_base + rows, mask=row_valid, other=0.0)
+        s = tl.sum(q[None, :, :] * k, axis=2) * qk_scale
+        p = tl.where(valid, tl.math.exp2(s - lse[None, :]), 0.0)
+        ds = p * (tl.sum(do[None, :, :] * v, axis=2) - delta[None, :])
+        dk += ds[:, :, None] * q[None, :, :]
+        dv += p[:, :, None] * do[None, :, :]
+    _store_diagonal_rows(head(DK, b, hk, dk_strides), kv_rows, dk_strides[2], valid,
+                         D_QK, dk * sm_scale)  # fmt: skip
+    _store_diagonal_rows(head(DV, b, hk, dv_strides), kv_rows, dv_strides[2], valid,
+                         D_V, dv)  # fmt: skip
 
 
 dq_kernel = lazy_jit(_dq_kernel)
@@ -450,27 +313,26 @@ def run_backward(
 
 
 def _launch_dq(launch: LaunchShape, q, k, v, o, do, lse, delta, dq, layout) -> None:
-    """dq, one program per query tile; also writes ``delta`` (rowsum(o * do))."""
+    """dq, one program per (query head, query tile); also writes ``delta``
+    (rowsum(o * do))."""
     b, hq, n, _ = q.shape
     block_m, block_n, num_warps, num_stages = launch.blocks("dq")
-    dq_kernel()[(triton.cdiv(n, block_m), b * hq)](
-        q, k, v, o, do, lse, delta, dq, layout,
-        *row_strides(q, k, v, o, do, dq),
-        n, hq, k.shape[2] // n, launch.window, launch.qk_scale, launch.scale,
+    dq_kernel()[(b * hq, triton.cdiv(n, block_m))](
+        q, k, v, o, do, lse, delta, dq, layout, *row_strides(q, k, v, o, do, dq),
+        n, hq, launch.window, launch.qk_scale, launch.scale, k.shape[2] // n,
         **launch.shape, **launch.block0,
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
 
 
 def _launch_dkv0(launch: LaunchShape, q, k, v, do, lse, delta, dk, dv, layout) -> None:
-    """dk, dv of block 0: one program per key tile, BLOCK_N keys x BLOCK_M
-    queries per step."""
+    """dk, dv of block 0: one program per (KV head, key tile), BLOCK_N keys x
+    BLOCK_M queries per step."""
     b, hq, n, _ = q.shape
     hkv = k.shape[1]
     block_m, block_n, num_warps, num_stages = launch.blocks("dkv0")
-    dkv0_kernel()[(triton.cdiv(n, block_n), b * hkv)](
-        q, k, v, do, lse, delta, dk, dv, layout,
-        *row_strides(q, k, v, do, dk, dv),
+    dkv0_kernel()[(b * hkv, triton.cdiv(n, block_n))](
+        q, k, v, do, lse, delta, dk, dv, layout, *row_strides(q, k, v, do, dk, dv),
         n, hq, hkv, launch.window, launch.qk_scale, launch.scale,
         **launch.shape, **launch.block0,
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
@@ -478,14 +340,16 @@ def _launch_dkv0(launch: LaunchShape, q, k, v, do, lse, delta, dk, dv, layout) -
 
 
 def _launch_dkv_diag(launch: LaunchShape, q, k, v, do, lse, delta, dk, dv) -> None:
-    """dk, dv of the diagonal key blocks (TTT steps after the first)."""
+    """dk, dv of the diagonal key blocks (TTT steps after the first), all steps
+    of a row tile in one program."""
     b, hq, n, _ = q.shape
-    hkv = k.shape[1]
-    block_m, _, num_warps, _ = launch.blocks("diag")
-    dkv_diag_kernel()[(triton.cdiv(n, block_m), b * hkv)](
-        q, k, v, do, lse, delta, dk, dv,
-        *row_strides(q, k, v, do, dk, dv),
-        n, hq, hkv, k.shape[2] // n, launch.qk_scale, launch.scale,
-        **launch.shape,
+    hkv, blocks = k.shape[1], k.shape[2] // n
+    steps = triton.next_power_of_2(blocks - 1)
+    rows_x_steps, _, num_warps, _ = launch.blocks("diag")
+    block_m = max(2, rows_x_steps // steps)
+    dkv_diag_kernel()[(b * hkv, triton.cdiv(n, block_m))](
+        q, k, v, do, lse, delta, dk, dv, *row_strides(q, k, v, do, dk, dv),
+        n, hq, hkv, launch.qk_scale, launch.scale,
+        blocks, steps, **launch.rowwise_shape,
         BLOCK_M=block_m, num_warps=num_warps,
     )  # fmt: skip

@@ -25,6 +25,7 @@ __all__ = [
     "LaunchShape",
     "head_blocks",
     "pick_blocks",
+    "split_head",
     "tile_overrides",
 ]
 
@@ -101,6 +102,21 @@ def tile_overrides(overrides: Mapping[str, KernelConfig]) -> Iterator[None]:
         _OVERRIDES.update(previous)
 
 
+def split_head(d_qk: int) -> tuple[int, int, bool]:
+    """How the dots take a q/k head: ``(A, B, split)``. A head that is not a power
+    of two is held as two tiles of A + B columns (MLA's 192 = 128 + 64) when that is
+    narrower than padding it to the next power of two; each part is its own dot
+    (Hopper's wgmma takes 64 and 128, while 192 padded to 256 leaves the kernels
+    on ``mma.sync``). Unsplit heads have ``B = 16`` (an unused dummy)."""
+    padded = max(16, triton.next_power_of_2(d_qk))
+    first = padded // 2
+    if d_qk > 16 and d_qk != padded:
+        rest = max(16, triton.next_power_of_2(d_qk - first))
+        if first + rest < padded:
+            return first, rest, True
+    return padded, 16, False
+
+
 def head_blocks(d_qk: int, d_v: int) -> tuple[int, int]:
     """Tile widths of the q/k and v heads: the next powers of two, at least 16
     (``tl.arange`` and ``tl.dot`` need them); columns past the head are masked."""
@@ -151,12 +167,29 @@ class LaunchShape:
 
     @property
     def shape(self) -> dict[str, object]:
-        """The head-shape constexprs every kernel takes."""
+        """The head-shape constexprs of the kernels that take q/k in dots (a split
+        head: ``split_head``)."""
+        block_qk, block_qk2, split = split_head(self.d_qk)
+        return {
+            "D_QK": self.d_qk,
+            "BLOCK_QK": block_qk,
+            "BLOCK_QK2": block_qk2,
+            "SPLIT": split,
+            "D_V": self.d_v,
+            "BLOCK_V": head_blocks(self.d_qk, self.d_v)[1],
+            "GROUP": self.group,
+            "COMPUTE": compute_dtype(self.dtype),
+        }
+
+    @property
+    def rowwise_shape(self) -> dict[str, object]:
+        """The head-shape constexprs of the diagonal dK/dV kernel: element-wise
+        row dots, so a head is one tile padded to a power of two."""
         block_qk, block_v = head_blocks(self.d_qk, self.d_v)
         return {
             "D_QK": self.d_qk,
-            "D_V": self.d_v,
             "BLOCK_QK": block_qk,
+            "D_V": self.d_v,
             "BLOCK_V": block_v,
             "GROUP": self.group,
             "COMPUTE": compute_dtype(self.dtype),

@@ -166,10 +166,11 @@ def lazy_jit(fn: Callable[..., Any]) -> Callable[[], Any]:
     return get
 
 
-def row_strides(*tensors: torch.Tensor) -> list[int]:
-    """The (batch, head, row) strides of each ``[B, H, L, d]`` tensor, in order:
-    what every kernel takes after its pointers (the head dim has stride 1)."""
-    return [stride for tensor in tensors for stride in tensor.stride()[:3]]
+def row_strides(*tensors: torch.Tensor) -> list[tuple[int, int, int]]:
+    """The (batch, head, row) strides of each ``[B, H, L, d]`` tensor, one tuple
+    per tensor, in order: what every kernel takes after its pointers (the head dim
+    has stride 1)."""
+    return [(t.stride(0), t.stride(1), t.stride(2)) for t in tensors]
 
 
 def compute_dtype(dtype: torch.dtype) -> Any:

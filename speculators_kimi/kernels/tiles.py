@@ -8,7 +8,13 @@
   pair allowed: below the diagonal, inside one run of a document for every row,
   inside the window) run without the per-element mask; only tiles touching the
   diagonal, a document start or end, padding or the window edge pay for it.
+- ``tile_count`` / ``tile_start``: the one block-0 inner loop per kernel runs in two
+  stages (``EDGES``: both masked edges, left and diagonal, through one index remap;
+  ``INTERIOR``: the unmasked tiles between them), as Triton's fused-attention
+  tutorial runs its stages.
 - ``load_rows`` / ``store_rows``: masked row loads and stores with int64 offsets;
+  ``load_qk`` / ``store_qk``: a q/k head as one tile, or as two (``SPLIT``: 192 =
+  128 + 64 for MLA) so that both dots keep Hopper's wgmma instead of padding to 256;
   ``load_diagonal``: the one key and value row each query sees in block ``j >= 1``.
 - ``online_softmax_update``: one merge step of the running max (base 2), safe for
   rows that have seen only masked keys.
@@ -28,16 +34,24 @@ import triton.language as tl
 
 __all__ = [
     "DOC",
+    "EDGES",
+    "INTERIOR",
     "allowed",
     "head",
     "key_tile",
     "key_tile_queries",
     "layout_row",
     "load_diagonal",
+    "load_qk",
     "load_rows",
     "online_softmax_update",
+    "qk_dot",
     "query_tile_keys",
+    "rowwise_qk",
+    "store_qk",
     "store_rows",
+    "tile_count",
+    "tile_start",
 ]
 
 # Rows of the document layout table.
@@ -46,6 +60,10 @@ START = tl.constexpr(1)
 END = tl.constexpr(2)
 RUN_START = tl.constexpr(3)
 RUN_END = tl.constexpr(4)
+
+# Stages of the block-0 inner loop.
+EDGES = tl.constexpr(1)
+INTERIOR = tl.constexpr(2)
 
 
 @triton.jit
@@ -138,6 +156,33 @@ def key_tile_queries(
 
 
 @triton.jit
+def tile_count(bounds, BLOCK: tl.constexpr, STAGE: tl.constexpr):
+    """Tiles of ``STAGE`` in ``bounds = (lo, full_lo, full_hi, hi)``: the masked
+    edges ``[lo, full_lo)`` and ``[full_hi, hi)``, or the interior between.
+    ``full_lo`` and ``full_hi`` are tile starts unless the interior is empty
+    (then both are ``hi``)."""
+    lo, full_lo, full_hi, hi = bounds
+    if STAGE == EDGES:
+        count = tl.cdiv(full_lo - lo, BLOCK) + tl.cdiv(hi - full_hi, BLOCK)
+    else:
+        count = (full_hi - full_lo) // BLOCK
+    return count
+
+
+@triton.jit
+def tile_start(i, bounds, BLOCK: tl.constexpr, STAGE: tl.constexpr):
+    """First position of tile ``i`` of ``STAGE``: edge tiles past the left edge
+    continue at the right edge, over the interior."""
+    lo, full_lo, full_hi, _ = bounds
+    if STAGE == EDGES:
+        left = tl.cdiv(full_lo - lo, BLOCK)
+        start = tl.where(i < left, lo + i * BLOCK, full_hi + (i - left) * BLOCK)
+    else:
+        start = full_lo + i * BLOCK
+    return start
+
+
+@triton.jit
 def load_rows(
     base, rows, stride, row_valid, D: tl.constexpr, BLOCK_D: tl.constexpr, DTYPE
 ):
@@ -150,26 +195,57 @@ def load_rows(
 
 
 @triton.jit
-def load_diagonal(
-    k_base,
-    v_base,
-    skn,
-    svn,
-    rows,
-    row_valid,
-    j,
-    N,
-    D_QK: tl.constexpr,
-    D_V: tl.constexpr,
-    BLOCK_QK: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    COMPUTE: tl.constexpr,
-):
-    """Keys and values ``j * N + rows`` of diagonal block ``j`` (the only ones row
-    ``i`` sees there), rounded to ``COMPUTE`` and held in fp32 for row-wise dots."""
-    k_j = load_rows(k_base, rows + j * N, skn, row_valid, D_QK, BLOCK_QK, COMPUTE)
+def load_qk(base, rows, stride, row_valid, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT, DTYPE):
+    """A q/k head's rows as a pair of tiles: columns ``[0, BLOCK_QK)`` and, with
+    ``SPLIT``, ``[BLOCK_QK, BLOCK_QK + BLOCK_QK2)``; without it the second is the
+    first again (never used)."""
+    a = load_rows(base, rows, stride, row_valid, D_QK, BLOCK_QK, DTYPE)
+    if SPLIT:
+        b = load_rows(
+            base + BLOCK_QK, rows, stride, row_valid, D_QK - BLOCK_QK, BLOCK_QK2, DTYPE
+        )
+    else:
+        b = a
+    return a, b
+
+
+@triton.jit
+def store_qk(base, rows, stride, row_valid, D_QK, BLOCK_QK, SPLIT, pair):
+    """Store a pair of tiles as ``load_qk`` loaded them."""
+    store_rows(base, rows, stride, row_valid, D_QK, pair[0])
+    if SPLIT:
+        store_rows(base + BLOCK_QK, rows, stride, row_valid, D_QK - BLOCK_QK, pair[1])
+
+
+@triton.jit
+def qk_dot(x, y, SPLIT, PREC):
+    """``x @ y^T`` of two q/k tile pairs (one dot per part)."""
+    s = tl.dot(x[0], tl.trans(y[0]), input_precision=PREC)
+    if SPLIT:
+        s += tl.dot(x[1], tl.trans(y[1]), input_precision=PREC)
+    return s
+
+
+@triton.jit
+def rowwise_qk(x, y, SPLIT):
+    """Row-wise dot products of two q/k tile pairs, in fp32."""
+    s = tl.sum(x[0].to(tl.float32) * y[0].to(tl.float32), axis=1)
+    if SPLIT:
+        s += tl.sum(x[1].to(tl.float32) * y[1].to(tl.float32), axis=1)
+    return s
+
+
+@triton.jit
+def load_diagonal(kv, rows, row_valid, j, N, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT, D_V,
+                  BLOCK_V, COMPUTE):  # fmt: skip
+    """Keys (a q/k pair) and values ``j * N + rows`` of diagonal block ``j``: the
+    only ones row ``i`` sees there; ``kv = (k_base, v_base, k_row_stride,
+    v_row_stride)``."""
+    k_base, v_base, skn, svn = kv
+    k_j = load_qk(k_base, rows + j * N, skn, row_valid, D_QK, BLOCK_QK, BLOCK_QK2,
+                  SPLIT, COMPUTE)  # fmt: skip
     v_j = load_rows(v_base, rows + j * N, svn, row_valid, D_V, BLOCK_V, COMPUTE)
-    return k_j.to(tl.float32), v_j.to(tl.float32)
+    return k_j, v_j
 
 
 @triton.jit
@@ -183,51 +259,33 @@ def store_rows(base, rows, stride, row_valid, D: tl.constexpr, value):
 
 
 @triton.jit
-def key_tile(
-    q,
-    rows,
-    doc_q,
-    k_base,
-    v_base,
-    skn,
-    svn,
-    LAYOUT,
-    start_n,
-    N,
-    WINDOW,
-    qk_scale,
-    D_QK: tl.constexpr,
-    D_V: tl.constexpr,
-    BLOCK_QK: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    MASKED: tl.constexpr,
-    COMPUTE: tl.constexpr,
-    PREC: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+def key_tile(q, rows, doc_q, kv, LAYOUT, start_n, N, WINDOW, qk_scale, D_QK, BLOCK_QK,
+             BLOCK_QK2, SPLIT, D_V, BLOCK_V, HAS_WINDOW, MASKED, COMPUTE, PREC,
+             BLOCK_N):  # fmt: skip
     """The block-0 key tile ``[start_n, start_n + BLOCK_N)`` for the query tile
-    ``q`` (rows ``rows``): base-2 scores ``[BLOCK_M, BLOCK_N]`` (``-inf`` where not
-    allowed, evaluated only if ``MASKED``), and the key and value tiles."""
+    ``q`` (a q/k pair, rows ``rows``): base-2 scores ``[BLOCK_M, BLOCK_N]``
+    (``-inf`` where not allowed, evaluated only if ``MASKED``), the key pair and
+    the value tile."""
+    k_base, v_base, skn, svn = kv
     cols = start_n + tl.arange(0, BLOCK_N)
     col_valid = cols < N
-    k = load_rows(k_base, cols, skn, col_valid, D_QK, BLOCK_QK, COMPUTE)
+    k = load_qk(k_base, cols, skn, col_valid, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT,
+                COMPUTE)  # fmt: skip
     v = load_rows(v_base, cols, svn, col_valid, D_V, BLOCK_V, COMPUTE)
-    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+    s = qk_dot(q, k, SPLIT, PREC) * qk_scale
     if MASKED:
         doc_k = layout_row(LAYOUT, DOC, cols, col_valid, N, -2)
-        ok = allowed(
-            rows[:, None], cols[None, :], doc_q[:, None], doc_k[None, :], WINDOW,
-            HAS_WINDOW,
-        )  # fmt: skip
+        ok = allowed(rows[:, None], cols[None, :], doc_q[:, None], doc_k[None, :],
+                     WINDOW, HAS_WINDOW)  # fmt: skip
         s = tl.where(ok, s, float("-inf"))
     return s, k, v
 
 
 @triton.jit
-def head(ptr, b, h, stride_b, stride_h):
-    """Base pointer of batch ``b``, head ``h`` (int64 offsets)."""
-    return ptr + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+def head(ptr, b, h, strides):
+    """Base pointer of batch ``b``, head ``h`` of a ``[B, H, L, d]`` tensor with
+    ``strides = (batch, head, row)`` (int64 offsets)."""
+    return ptr + b.to(tl.int64) * strides[0] + h.to(tl.int64) * strides[1]
 
 
 @triton.jit
