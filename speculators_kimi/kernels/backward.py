@@ -2,17 +2,19 @@
 
 Three launches, all deterministic (no atomics):
 
-1. ``dq``: per (query head, query tile), heaviest tiles first. Computes ``Delta =
-   rowsum(dO * O)`` for its rows (stored for the next launches), then dQ from the
-   block-0 tiles (as in the forward: masked edges, then the unmasked interior) plus
-   the diagonal terms ``ds_j k_j`` of blocks ``j = 1..t`` (unrolled).
-2. ``dkv0``: per (KV head, key tile of block 0), the first (most seen) tiles first.
+1. ``diag``: per (KV head, row tile). ``Delta = rowsum(dO * O)`` of the group's
+   query heads (FlashAttention's preprocess), and every diagonal block ``j = 1..t``
+   at once: key ``jN + i`` is only seen by row ``i`` of the group's heads, so
+   ``dK_j[i] = scale * sum_g ds_j q`` and ``dV_j[i] = sum_g p_j dO``, and dQ's
+   diagonal part ``scale * sum_j ds_j k_j`` goes into dQ. Memory-bound: each row
+   of q, dO, O, K_j, V_j is loaded once.
+2. ``dq``: per (query head, query tile), heaviest tiles first: dQ from the block-0
+   tiles (as in the forward: masked edges, then the unmasked interior), added to
+   the diagonal part.
+3. ``dkv0``: per (KV head, key tile of block 0), the first (most seen) tiles first.
    Loops over the group's query heads and, per head, the query tiles that can see
    the key tile (``tiles.key_tile_queries``) in two stages: both masked edges
    through one index remap, then the interior.
-3. ``dkv_diag``: per (KV head, row tile), all blocks ``j = 1..t`` at once: key ``jN +
-   i`` is only seen by row ``i`` of the group's heads, so ``dK_j[i] = scale * sum_g
-   ds_j q`` and ``dV_j[i] = sum_g p_j dO``; q, dO, LSE and Delta load once per head.
 
 Probabilities are recomputed as ``p = 2^(s - LSE2)`` from the forward's base-2 LSE.
 q/k tensors have head dim ``D_QK``, v/o tensors ``D_V``.
@@ -35,12 +37,10 @@ from .tiles import (
     key_tile,
     key_tile_queries,
     layout_row,
-    load_diagonal,
     load_qk,
     load_rows,
     qk_dot,
     query_tile_keys,
-    rowwise_qk,
     store_qk,
     store_rows,
     tile_count,
@@ -72,10 +72,10 @@ def _dq_block0(dq, q, do, lse, delta, rows, doc_q, kv, LAYOUT, bounds, N, WINDOW
 
 
 def _dq_kernel(
-    Q, K, V, Out, DO, LSE, DELTA, DQ, LAYOUT,  # tensors
-    q_strides, k_strides, v_strides, o_strides, do_strides, dq_strides,
+    Q, K, V, DO, LSE, DELTA, DQ, LAYOUT,  # tensors
+    q_strides, k_strides, v_strides, do_strides, dq_strides,
     N, HQ, WINDOW, qk_scale, sm_scale,
-    NUM_BLOCKS: tl.constexpr,  # block 0 + TTT steps: the diagonal is unrolled
+    NUM_BLOCKS: tl.constexpr,  # block 0 + TTT steps (DQ holds the diagonal's part)
     D_QK: tl.constexpr, BLOCK_QK: tl.constexpr, BLOCK_QK2: tl.constexpr,
     SPLIT: tl.constexpr, D_V: tl.constexpr, BLOCK_V: tl.constexpr,
     GROUP: tl.constexpr, COMPUTE: tl.constexpr,  # head shape
@@ -94,11 +94,8 @@ def _dq_kernel(
                 BLOCK_QK, BLOCK_QK2, SPLIT, COMPUTE)  # fmt: skip
     do = load_rows(head(DO, b, h, do_strides), rows, do_strides[2], row_valid, D_V,
                    BLOCK_V, COMPUTE)  # fmt: skip
-    o = load_rows(head(Out, b, h, o_strides), rows, o_strides[2], row_valid, D_V,
-                  BLOCK_V, tl.float32)  # fmt: skip
-    delta = tl.sum(do.to(tl.float32) * o, axis=1)
     row_base = pid_bh.to(tl.int64) * N
-    tl.store(DELTA + row_base + rows, delta, mask=row_valid)
+    delta = tl.load(DELTA + row_base + rows, mask=row_valid, other=0.0)
     lse = tl.load(LSE + row_base + rows, mask=row_valid, other=0.0)
     doc_q = layout_row(LAYOUT, DOC, rows, row_valid, N, -1)
     bounds = query_tile_keys(LAYOUT, rows, row_valid, N, WINDOW, HAS_WINDOW, BLOCK_M,
@@ -114,26 +111,17 @@ def _dq_kernel(
                     HAS_WINDOW, COMPUTE, PREC, BLOCK_N, INTERIOR)  # fmt: skip
     dq_a, dq_b = dq
 
-    # diagonal blocks j = 1..t, unrolled, the next block's rows loaded first
-    if NUM_BLOCKS > 1:
-        do32 = do.to(tl.float32)
-        nxt = load_diagonal(kv, rows, row_valid, 1, N, D_QK, BLOCK_QK, BLOCK_QK2,
-                            SPLIT, D_V, BLOCK_V, COMPUTE)  # fmt: skip
-        for j in tl.static_range(1, NUM_BLOCKS):
-            k_j, v_j = nxt
-            if j + 1 < NUM_BLOCKS:
-                nxt = load_diagonal(kv, rows, row_valid, j + 1, N, D_QK, BLOCK_QK,
-                                    BLOCK_QK2, SPLIT, D_V, BLOCK_V,
-                                    COMPUTE)  # fmt: skip
-            p_j = tl.math.exp2(rowwise_qk(q, k_j, SPLIT) * qk_scale - lse)
-            p_j = tl.where(row_valid, p_j, 0.0)
-            ds_j = p_j * (tl.sum(do32 * v_j.to(tl.float32), axis=1) - delta)
-            dq_a += ds_j[:, None] * k_j[0].to(tl.float32)
-            if SPLIT:
-                dq_b += ds_j[:, None] * k_j[1].to(tl.float32)
-
-    store_qk(head(DQ, b, h, dq_strides), rows, dq_strides[2], row_valid, D_QK,
-             BLOCK_QK, SPLIT, (dq_a * sm_scale, dq_b * sm_scale))  # fmt: skip
+    dq_base = head(DQ, b, h, dq_strides)
+    dq_a = dq_a * sm_scale
+    dq_b = dq_b * sm_scale
+    if NUM_BLOCKS > 1:  # add the diagonal blocks' part, which the rows kernel wrote
+        diag = load_qk(dq_base, rows, dq_strides[2], row_valid, D_QK, BLOCK_QK,
+                       BLOCK_QK2, SPLIT, tl.float32)  # fmt: skip
+        dq_a += diag[0]
+        if SPLIT:
+            dq_b += diag[1]
+    store_qk(dq_base, rows, dq_strides[2], row_valid, D_QK, BLOCK_QK, SPLIT,
+             (dq_a, dq_b))  # fmt: skip
 
 
 @triton.jit
@@ -233,18 +221,20 @@ def _store_diagonal_rows(base, rows, stride, valid, D: tl.constexpr, value):
     tl.store(ptrs, value.to(base.dtype.element_ty), mask=mask)
 
 
-def _dkv_diag_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV,  # tensors
-    q_strides, k_strides, v_strides, do_strides, dk_strides, dv_strides,
+def _diag_kernel(
+    Q, K, V, Out, DO, LSE, DELTA, DQ, DK, DV,  # tensors
+    q_strides, k_strides, v_strides, o_strides, do_strides, dq_strides, dk_strides,
+    dv_strides,
     N, HQ, HKV, qk_scale, sm_scale,
     NUM_BLOCKS: tl.constexpr, STEPS: tl.constexpr,  # t + 1, next_power_of_2(t)
     D_QK: tl.constexpr, BLOCK_QK: tl.constexpr, D_V: tl.constexpr,
     BLOCK_V: tl.constexpr, GROUP: tl.constexpr, COMPUTE: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):  # fmt: skip
-    """dK, dV of rows ``rows`` of every diagonal block at once (``[STEPS,
-    BLOCK_M, d]`` tiles): each query head's q, dO, LSE and Delta are loaded once
-    for all steps, each key and value row once."""
+    """Per (KV head, row tile): ``Delta`` of the group's query heads, and every
+    diagonal block's terms at once (``[STEPS, BLOCK_M, d]`` tiles): dK, dV, and
+    dQ's diagonal part (into DQ, which the dq kernel completes). q, dO, O, LSE
+    load once per head, each diagonal key and value row once."""
     pid_bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = pid_bh // HKV
@@ -254,35 +244,44 @@ def _dkv_diag_kernel(
     steps = tl.arange(0, STEPS)
     kv_rows = (steps[:, None] + 1) * N + rows[None, :]  # block j = step + 1
     valid = (steps[:, None] < NUM_BLOCKS - 1) & row_valid[None, :]
-    k = _diagonal_rows(head(K, b, hk, k_strides), kv_rows, k_strides[2], valid, D_QK,
-                       BLOCK_QK, COMPUTE)  # fmt: skip
-    v = _diagonal_rows(head(V, b, hk, v_strides), kv_rows, v_strides[2], valid, D_V,
-                       BLOCK_V, COMPUTE)  # fmt: skip
-    dk = tl.zeros([STEPS, BLOCK_M, BLOCK_QK], dtype=tl.float32)
-    dv = tl.zeros([STEPS, BLOCK_M, BLOCK_V], dtype=tl.float32)
+    if NUM_BLOCKS > 1:
+        k = _diagonal_rows(head(K, b, hk, k_strides), kv_rows, k_strides[2], valid,
+                           D_QK, BLOCK_QK, COMPUTE)  # fmt: skip
+        v = _diagonal_rows(head(V, b, hk, v_strides), kv_rows, v_strides[2], valid,
+                           D_V, BLOCK_V, COMPUTE)  # fmt: skip
+        dk = tl.zeros([STEPS, BLOCK_M, BLOCK_QK], dtype=tl.float32)
+        dv = tl.zeros([STEPS, BLOCK_M, BLOCK_V], dtype=tl.float32)
     for g in range(GROUP):
         h = hk * GROUP + g
-        q = load_rows(head(Q, b, h, q_strides), rows, q_strides[2], row_valid, D_QK,
-                      BLOCK_QK, COMPUTE).to(tl.float32)  # fmt: skip
         do = load_rows(head(DO, b, h, do_strides), rows, do_strides[2], row_valid, D_V,
                        BLOCK_V, COMPUTE).to(tl.float32)  # fmt: skip
+        o = load_rows(head(Out, b, h, o_strides), rows, o_strides[2], row_valid, D_V,
+                      BLOCK_V, tl.float32)  # fmt: skip
+        delta = tl.sum(do * o, axis=1)
         row_base = (b * HQ + h).to(tl.int64) * N
-        lse = tl.load(LSE + row_base + rows, mask=row_valid, other=0.0)
-        delta = tl.load(DELTA + row_base + rows, mask=row_valid, other=0.0)
-        s = tl.sum(q[None, :, :] * k, axis=2) * qk_scale
-        p = tl.where(valid, tl.math.exp2(s - lse[None, :]), 0.0)
-        ds = p * (tl.sum(do[None, :, :] * v, axis=2) - delta[None, :])
-        dk += ds[:, :, None] * q[None, :, :]
-        dv += p[:, :, None] * do[None, :, :]
-    _store_diagonal_rows(head(DK, b, hk, dk_strides), kv_rows, dk_strides[2], valid,
-                         D_QK, dk * sm_scale)  # fmt: skip
-    _store_diagonal_rows(head(DV, b, hk, dv_strides), kv_rows, dv_strides[2], valid,
-                         D_V, dv)  # fmt: skip
+        tl.store(DELTA + row_base + rows, delta, mask=row_valid)
+        if NUM_BLOCKS > 1:
+            q = load_rows(head(Q, b, h, q_strides), rows, q_strides[2], row_valid,
+                          D_QK, BLOCK_QK, COMPUTE).to(tl.float32)  # fmt: skip
+            lse = tl.load(LSE + row_base + rows, mask=row_valid, other=0.0)
+            s = tl.sum(q[None, :, :] * k, axis=2) * qk_scale
+            p = tl.where(valid, tl.math.exp2(s - lse[None, :]), 0.0)
+            ds = p * (tl.sum(do[None, :, :] * v, axis=2) - delta[None, :])
+            dk += ds[:, :, None] * q[None, :, :]
+            dv += p[:, :, None] * do[None, :, :]
+            dq = tl.sum(ds[:, :, None] * k, axis=0) * sm_scale
+            store_rows(head(DQ, b, h, dq_strides), rows, dq_strides[2], row_valid,
+                       D_QK, dq)  # fmt: skip
+    if NUM_BLOCKS > 1:
+        _store_diagonal_rows(head(DK, b, hk, dk_strides), kv_rows, dk_strides[2],
+                             valid, D_QK, dk * sm_scale)  # fmt: skip
+        _store_diagonal_rows(head(DV, b, hk, dv_strides), kv_rows, dv_strides[2],
+                             valid, D_V, dv)  # fmt: skip
 
 
 dq_kernel = lazy_jit(_dq_kernel)
 dkv0_kernel = lazy_jit(_dkv0_kernel)
-dkv_diag_kernel = lazy_jit(_dkv_diag_kernel)
+diag_kernel = lazy_jit(_diag_kernel)
 
 
 def run_backward(
@@ -299,28 +298,27 @@ def run_backward(
     """Gradients (dq, dk, dv) in the inputs' dtypes. All tensors unit-stride in
     their last dim."""
     b, hq, n, d_qk = q.shape
-    hkv, kv_len, d_v = k.shape[1], k.shape[2], v.shape[3]
+    hkv, d_v = k.shape[1], v.shape[3]
     launch = LaunchShape(d_qk, d_v, hq // hkv, q.dtype, sliding_window, scale)
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     delta = torch.empty((b, hq, n), dtype=torch.float32, device=q.device)
-    _launch_dq(launch, q, k, v, o, do, lse, delta, dq, layout)
+    _launch_diag(launch, q, k, v, o, do, lse, delta, dq, dk, dv)
+    _launch_dq(launch, q, k, v, do, lse, delta, dq, layout)
     _launch_dkv0(launch, q, k, v, do, lse, delta, dk, dv, layout)
-    if kv_len > n:
-        _launch_dkv_diag(launch, q, k, v, do, lse, delta, dk, dv)
     return dq, dk, dv
 
 
-def _launch_dq(launch: LaunchShape, q, k, v, o, do, lse, delta, dq, layout) -> None:
-    """dq, one program per (query head, query tile); also writes ``delta``
-    (rowsum(o * do))."""
+def _launch_dq(launch: LaunchShape, q, k, v, do, lse, delta, dq, layout) -> None:
+    """dq, one program per (query head, query tile): block 0, added to the
+    diagonal part already in ``dq``."""
     b, hq, n, _ = q.shape
     block_m, block_n, num_warps, num_stages = launch.blocks("dq")
     dq_kernel()[(b * hq, triton.cdiv(n, block_m))](
-        q, k, v, o, do, lse, delta, dq, layout, *row_strides(q, k, v, o, do, dq),
-        n, hq, launch.window, launch.qk_scale, launch.scale, k.shape[2] // n,
-        **launch.shape, **launch.block0,
+        q, k, v, do, lse, delta, dq, layout, *row_strides(q, k, v, do, dq),
+        n, hq, launch.window, launch.qk_scale, launch.scale,
+        NUM_BLOCKS=k.shape[2] // n, **launch.shape, **launch.block0,
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
 
@@ -339,17 +337,18 @@ def _launch_dkv0(launch: LaunchShape, q, k, v, do, lse, delta, dk, dv, layout) -
     )  # fmt: skip
 
 
-def _launch_dkv_diag(launch: LaunchShape, q, k, v, do, lse, delta, dk, dv) -> None:
-    """dk, dv of the diagonal key blocks (TTT steps after the first), all steps
-    of a row tile in one program."""
+def _launch_diag(launch: LaunchShape, q, k, v, o, do, lse, delta, dq, dk, dv) -> None:
+    """``delta`` (rowsum(o * do)), and the diagonal key blocks' dk, dv and dq
+    part (TTT steps after the first), all steps of a row tile in one program."""
     b, hq, n, _ = q.shape
     hkv, blocks = k.shape[1], k.shape[2] // n
-    steps = triton.next_power_of_2(blocks - 1)
+    steps = triton.next_power_of_2(max(1, blocks - 1))
     rows_x_steps, _, num_warps, _ = launch.blocks("diag")
     block_m = max(2, rows_x_steps // steps)
-    dkv_diag_kernel()[(b * hkv, triton.cdiv(n, block_m))](
-        q, k, v, do, lse, delta, dk, dv, *row_strides(q, k, v, do, dk, dv),
+    diag_kernel()[(b * hkv, triton.cdiv(n, block_m))](
+        q, k, v, o, do, lse, delta, dq, dk, dv,
+        *row_strides(q, k, v, o, do, dq, dk, dv),
         n, hq, hkv, launch.qk_scale, launch.scale,
-        blocks, steps, **launch.rowwise_shape,
+        NUM_BLOCKS=blocks, STEPS=steps, **launch.rowwise_shape,
         BLOCK_M=block_m, num_warps=num_warps,
     )  # fmt: skip

@@ -1,10 +1,13 @@
 """Tile configurations of the draft-attention kernels, one per kernel and shape.
 
-Chosen without a GPU so that every kernel compiles for sm_90 (H100/H200) with no
-register spills and its shared memory within the limit
-(``python -m speculators_kimi.kernels.cross_compile``; the committed report is
-``benchmarks/results/*-sm90-kernel-resources.json``). Untimed: not autotuned on
-hardware yet.
+The block-0 kernels take the shapes the fast Hopper attentions use (FlashAttention
+2/3 and flex: 128 query rows x 64 keys for the forward and dQ, 128 keys x 64 query
+rows for dK/dV, 8 warps, 3 stages) so that every dot compiles to a warpgroup MMA
+(``wgmma``) on sm_90; a small register spill is accepted rather than a smaller
+tile that drops to Ampere's ``mma.sync``. ``python -m
+speculators_kimi.kernels.cross_compile`` checks both without a GPU (committed:
+``benchmarks/results/*-sm90-kernel-resources.json``); timings on a GPU come from
+``benchmarks/kernel_tiles.py``'s sweep, and pick among these shapes.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ __all__ = [
 KernelConfig = tuple[int, int, int, int]
 
 #: The launches of one forward + backward call, in order.
-KERNELS = ("fwd", "dq", "dkv0", "diag")
+KERNELS = ("fwd", "diag", "dq", "dkv0")
 
 # Tile sizes under the interpreter, where a tile step costs about the same whatever
 # its size; tests shrink them to cover multi-tile and BLOCK_M != BLOCK_N paths.
@@ -41,27 +44,28 @@ INTERPRETER_BLOCKS: tuple[int, int] = (64, 64)
 
 # Keyed by (kernel, fp32 inputs, padded q/k head dim, padded v head dim). The
 # (256, 128) rows are MLA drafts (DeepSeek-V3 / Kimi-K2.5: q/k 192 = nope 128 +
-# rope 64, v 128). The diagonal dK/dV kernel works elementwise on rows (BLOCK_N and
-# num_stages unused). fp32 rows are IEEE matmuls: correctness runs, not speed; at
-# q/k 256 their dQ spills whatever the tile (reported by cross_compile).
+# rope 64, v 128). The diagonal kernel works elementwise on rows: its BLOCK_M is
+# rows x TTT steps per program (BLOCK_N and num_stages unused). fp32 rows are IEEE
+# matmuls: correctness runs, not speed; at q/k 256 their dQ spills whatever the
+# tile (reported by cross_compile).
 _CONFIGS: dict[tuple[str, bool, int, int], KernelConfig] = {
     # 16-bit
-    ("fwd", False, 64, 64): (128, 64, 8, 3),
-    ("dq", False, 64, 64): (64, 64, 4, 3),
-    ("dkv0", False, 64, 64): (32, 64, 8, 3),
+    ("fwd", False, 64, 64): (128, 64, 4, 3),
+    ("dq", False, 64, 64): (128, 64, 8, 3),
+    ("dkv0", False, 64, 64): (64, 128, 8, 3),
     ("diag", False, 64, 64): (32, 0, 4, 1),
-    ("fwd", False, 128, 128): (128, 64, 8, 2),
-    ("dq", False, 128, 128): (64, 64, 8, 3),
-    ("dkv0", False, 128, 128): (32, 32, 8, 2),
+    ("fwd", False, 128, 128): (128, 64, 8, 3),
+    ("dq", False, 128, 128): (128, 64, 8, 3),
+    ("dkv0", False, 128, 128): (64, 128, 8, 3),
     ("diag", False, 128, 128): (32, 0, 8, 1),
-    ("fwd", False, 256, 128): (32, 64, 8, 3),
-    ("dq", False, 256, 128): (32, 64, 8, 3),
-    ("dkv0", False, 256, 128): (64, 32, 8, 2),
+    ("fwd", False, 256, 128): (128, 64, 8, 3),
+    ("dq", False, 256, 128): (128, 64, 8, 2),
+    ("dkv0", False, 256, 128): (64, 128, 8, 2),
     ("diag", False, 256, 128): (32, 0, 8, 1),
-    ("fwd", False, 256, 256): (32, 64, 8, 2),
-    ("dq", False, 256, 256): (32, 64, 8, 2),
-    ("dkv0", False, 256, 256): (64, 32, 8, 1),
-    ("diag", False, 256, 256): (32, 0, 8, 1),
+    ("fwd", False, 256, 256): (64, 64, 8, 2),
+    ("dq", False, 256, 256): (64, 64, 8, 2),
+    ("dkv0", False, 256, 256): (64, 64, 8, 2),
+    ("diag", False, 256, 256): (16, 0, 8, 1),
     # fp32
     ("fwd", True, 64, 64): (32, 64, 8, 2),
     ("dq", True, 64, 64): (32, 64, 8, 2),
@@ -183,7 +187,7 @@ class LaunchShape:
 
     @property
     def rowwise_shape(self) -> dict[str, object]:
-        """The head-shape constexprs of the diagonal dK/dV kernel: element-wise
+        """The head-shape constexprs of the diagonal kernel: element-wise
         row dots, so a head is one tile padded to a power of two."""
         block_qk, block_v = head_blocks(self.d_qk, self.d_v)
         return {

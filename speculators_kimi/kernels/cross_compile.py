@@ -35,7 +35,9 @@ import torch
 from .jit import RecordedLaunch, recording_launches
 
 __all__ = [
+    "DOT_KERNELS",
     "SHARED_MEMORY_LIMIT",
+    "SPILL_BUDGET_BYTES",
     "Case",
     "KernelBuild",
     "build_case",
@@ -46,6 +48,15 @@ __all__ = [
 
 # Largest dynamic shared memory one program may opt into, by compute capability.
 SHARED_MEMORY_LIMIT: dict[int, int] = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
+
+#: The kernels whose block-0 dots must be warpgroup MMAs (wgmma) on Hopper.
+DOT_KERNELS = ("fwd_kernel", "dq_kernel", "dkv0_kernel")
+
+#: Spill bytes per thread (stored or loaded) a 16-bit kernel may have. The fast
+#: attention backwards (FlashAttention 2/3, flex) run their 128 x 64 tiles with a
+#: small spill rather than shrink the tile off the tensor cores; a spill is a cost
+#: to weigh on a GPU, not a defect in itself.
+SPILL_BUDGET_BYTES = 512
 
 _TRITON_TYPES = {
     torch.float32: "fp32",
@@ -100,12 +111,16 @@ class KernelBuild:
     spill_load_bytes: int
     stack_bytes: int
     compile_s: float
+    wgmma: int
+    mma_sync: int
 
     def problems(self, arch: int) -> list[str]:
-        """Reasons this kernel cannot launch on ``arch``, or (16-bit inputs, what
-        training runs) would spill registers to local memory; empty: neither.
-        fp32 builds are IEEE-matmul correctness runs: their spills are reported,
-        not refused."""
+        """Reasons this kernel cannot launch on ``arch``, or, with 16-bit inputs
+        (what training runs), would run slow: a block-0 kernel whose dots are not
+        all Hopper warpgroup MMAs on sm_90+ (``mma.sync`` is the Ampere
+        instruction, at a fraction of the throughput), or spills past
+        ``SPILL_BUDGET_BYTES``. fp32 builds are IEEE-matmul correctness runs:
+        reported, not refused."""
         found = []
         limit = SHARED_MEMORY_LIMIT.get(arch)
         if limit is not None and self.shared_bytes > limit:
@@ -113,13 +128,25 @@ class KernelBuild:
                 f"{self.case} {self.kernel}: {self.shared_bytes} bytes of shared "
                 f"memory, sm_{arch} allows {limit}"
             )
-        if self.dtype != "float32" and (
-            self.spill_store_bytes or self.spill_load_bytes
+        if self.dtype == "float32":
+            return found
+        if (
+            arch >= 90
+            and self.kernel in DOT_KERNELS
+            and (self.mma_sync or not self.wgmma)
         ):
+            found.append(
+                f"{self.case} {self.kernel}: {self.wgmma} wgmma and "
+                f"{self.mma_sync} mma.sync instructions; every dot must be wgmma "
+                f"on sm_{arch} ({self.num_warps} warps)"
+            )
+        spilled = max(self.spill_store_bytes, self.spill_load_bytes)
+        if spilled > SPILL_BUDGET_BYTES:
             found.append(
                 f"{self.case} {self.kernel}: spills {self.spill_store_bytes} bytes "
                 f"stored, {self.spill_load_bytes} loaded per thread "
-                f"({self.registers} registers at {self.num_warps} warps)"
+                f"({self.registers} registers at {self.num_warps} warps), over "
+                f"the budget of {SPILL_BUDGET_BYTES}"
             )
         return found
 
@@ -160,7 +187,9 @@ def record_case(case: Case) -> list[RecordedLaunch]:
     return list(launches)
 
 
-def _argument_type(value: Any) -> str:
+def _argument_type(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_argument_type(item) for item in value)
     if isinstance(value, torch.Tensor):
         return "*" + _TRITON_TYPES[value.dtype]
     if isinstance(value, bool):
@@ -170,6 +199,10 @@ def _argument_type(value: Any) -> str:
     if isinstance(value, float):
         return "fp32"
     raise TypeError(f"cannot type kernel argument {value!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
@@ -240,15 +273,15 @@ def compile_launch(
     signature: dict[str, str] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     for index, (name, value) in enumerate(zip(names, launch.args, strict=False)):
-        if isinstance(value, int) and not isinstance(value, bool) and value == 1:
+        if _is_int(value) and value == 1:
             constexprs[name] = 1
             continue
         signature[name] = _argument_type(value)
-        divisible = isinstance(value, torch.Tensor) or (
-            isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0
-        )
-        if divisible:
-            attrs[(index,)] = [["tt.divisibility", 16]]
+        members = value if isinstance(value, tuple) else (value,)
+        for member, item in enumerate(members):
+            if isinstance(item, torch.Tensor) or (_is_int(item) and item % 16 == 0):
+                path = (index, member) if isinstance(value, tuple) else (index,)
+                attrs[path] = [["tt.divisibility", 16]]
     signature.update(dict.fromkeys(constexprs, "constexpr"))
     signature = {name: signature[name] for name in names if name in signature}
     started = time.perf_counter()
@@ -258,6 +291,7 @@ def compile_launch(
         options=options,
     )
     elapsed = time.perf_counter() - started
+    ptx = compiled.asm["ptx"]
     return KernelBuild(
         case=case,
         kernel=launch.fn.__name__.strip("_"),
@@ -267,7 +301,9 @@ def compile_launch(
         num_stages=int(compiled.metadata.num_stages),
         shared_bytes=int(compiled.metadata.shared),
         compile_s=elapsed,
-        **_ptxas_report(compiled.asm["ptx"], arch),
+        wgmma=ptx.count("wgmma.mma_async"),
+        mma_sync=ptx.count("mma.sync"),
+        **_ptxas_report(ptx, arch),
     )
 
 
@@ -316,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     builds: list[KernelBuild] = []
     print(
         f"{'case':28} {'kernel':16} {'warps':>5} {'stages':>6} {'smem':>7} "
-        f"{'regs':>4} {'spill':>6}"
+        f"{'regs':>4} {'spill':>6} {'wgmma':>5} {'mma.sync':>8}"
     )
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
         for case_builds in pool.map(build_case, cases, [args.arch] * len(cases)):
@@ -325,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(
                     f"{build.case:28} {build.kernel:16} {build.num_warps:5d} "
                     f"{build.num_stages:6d} {build.shared_bytes:7d} "
-                    f"{build.registers:4d} {build.spill_store_bytes:6d}",
+                    f"{build.registers:4d} {build.spill_store_bytes:6d} "
+                    f"{build.wgmma:5d} {build.mma_sync:8d}",
                     flush=True,
                 )
     problems = [p for build in builds for p in build.problems(args.arch)]

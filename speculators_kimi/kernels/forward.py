@@ -141,7 +141,7 @@ def run_forward(
     lse = torch.empty((b, hq, n), dtype=torch.float32, device=q.device)
     fwd_kernel()[(b * hq, triton.cdiv(n, block_m))](
         q, k, v, o, lse, layout, *row_strides(q, k, v, o),
-        n, hq, launch.window, launch.qk_scale, kv_len // n,
+        n, hq, launch.window, launch.qk_scale, NUM_BLOCKS=kv_len // n,
         **launch.shape, **launch.block0,
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip

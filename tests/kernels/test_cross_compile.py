@@ -9,7 +9,6 @@ not build, needs more shared memory than sm_90 has, or spills registers at the
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import os
 import subprocess
@@ -22,7 +21,9 @@ pytest.importorskip("triton.backends.nvidia.compiler")
 
 from speculators_kimi.kernels.configs import pick_blocks
 from speculators_kimi.kernels.cross_compile import (
+    DOT_KERNELS,
     SHARED_MEMORY_LIMIT,
+    SPILL_BUDGET_BYTES,
     Case,
     KernelBuild,
     record_case,
@@ -34,23 +35,24 @@ KIMI = Case(head_dim=128, dtype=torch.bfloat16, q_heads=64, kv_heads=64, n=8192)
 def test_records_the_launches_of_forward_and_backward():
     launches = record_case(KIMI)
     names = [launch.fn.__name__ for launch in launches]
-    assert names == ["_fwd_kernel", "_dq_kernel", "_dkv0_kernel", "_dkv_diag_kernel"]
+    assert names == ["_fwd_kernel", "_diag_kernel", "_dq_kernel", "_dkv0_kernel"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TRITON_INTERPRET", "0")
         configs = {
             kernel: pick_blocks(128, 128, torch.bfloat16, kernel)
             for kernel in ("fwd", "dq", "dkv0", "diag")
         }
-    fwd, dq, dkv0, diag = launches
+    fwd, diag, dq, dkv0 = launches
     assert fwd.kwargs["BLOCK_M"] == configs["fwd"][0]
     assert fwd.kwargs["num_warps"] == configs["fwd"][2]
-    assert fwd.grid == (8192 // configs["fwd"][0], 64)
+    assert fwd.grid == (64, 8192 // configs["fwd"][0])
     assert dq.kwargs["BLOCK_M"] == configs["dq"][0]
-    assert dkv0.grid == (8192 // configs["dkv0"][1], 64)  # key tiles x KV heads
-    assert diag.kwargs["BLOCK_M"] == configs["diag"][0]
+    # the diagonal kernel's tile holds rows x steps (3 steps: padded to 4)
+    assert diag.kwargs["BLOCK_M"] * diag.kwargs["STEPS"] == configs["diag"][0]
+    # heaviest first: tile index on the slow grid axis, heads on the fast one
+    assert dkv0.grid == (64, 8192 // configs["dkv0"][1])
     assert fwd.kwargs["GROUP"] == 1 and fwd.kwargs["HAS_WINDOW"] is False
-    names = list(inspect.signature(fwd.fn).parameters)
-    assert fwd.args[names.index("NUM_BLOCKS")] == 4  # block 0 + 3 TTT steps
+    assert fwd.kwargs["NUM_BLOCKS"] == 4  # block 0 + 3 TTT steps: a constexpr
 
 
 # Kimi-K2.5's two draft geometries (Llama-style; MLA: q/k 192, v 128), a GQA one
@@ -89,7 +91,7 @@ def sm90_report(tmp_path_factory) -> dict:
 def test_compiles_for_sm90_within_shared_memory(sm90_report, case):
     builds = [b for b in sm90_report["builds"] if b["case"] == case]
     kernels = [b["kernel"] for b in builds]
-    assert kernels == ["fwd_kernel", "dq_kernel", "dkv0_kernel", "dkv_diag_kernel"]
+    assert kernels == ["fwd_kernel", "diag_kernel", "dq_kernel", "dkv0_kernel"]
     assert sm90_report["problems"] == []
     for build in builds:
         assert 0 <= build["shared_bytes"] <= SHARED_MEMORY_LIMIT[90], build
@@ -97,22 +99,32 @@ def test_compiles_for_sm90_within_shared_memory(sm90_report, case):
 
 
 @pytest.mark.parametrize("case", [*CASES, CASES_16BIT_D256])
-def test_no_register_spills_at_training_configs(sm90_report, case):
-    """Spills would cost the kernels their speed (the old single config spilled
-    kilobytes per thread at d=128)."""
-    builds = [b for b in sm90_report["builds"] if b["case"] == case]
-    assert len(builds) == 4, f"{case}: {len(builds)} builds, want one per kernel"
-    for build in builds:
-        assert build["spill_store_bytes"] == build["spill_load_bytes"] == 0, build
+def test_block0_dots_run_on_hopper_tensor_cores(sm90_report, case):
+    """What makes the kernels fast on an H200: every block-0 dot of the forward,
+    dQ and dK/dV kernels is a warpgroup MMA (``wgmma``), none the Ampere
+    ``mma.sync`` that a 32 x 32 dK/dV tile fell back to (0.34x flex). Spills stay
+    within the budget; the diagonal kernel is element-wise (no MMA)."""
+    builds = {b["kernel"]: b for b in sm90_report["builds"] if b["case"] == case}
+    for kernel in DOT_KERNELS:
+        assert builds[kernel]["wgmma"] > 0, builds[kernel]
+        assert builds[kernel]["mma_sync"] == 0, builds[kernel]
+    for build in builds.values():
+        assert build["spill_store_bytes"] <= SPILL_BUDGET_BYTES, build
+    assert builds["diag_kernel"]["wgmma"] == builds["diag_kernel"]["mma_sync"] == 0
 
 
-def test_mla_case_compiles_its_head_dims():
-    """The MLA launch carries q/k 192 (a 256 tile) and v 128 as constexprs."""
+def test_mla_case_splits_its_head_for_the_dots():
+    """MLA's q/k 192 is held as 128 + 64 columns (two dots, both wgmma shapes),
+    not padded to 256; its v stays 128; the element-wise diagonal pads."""
     mla = Case(head_dim=192, dtype=torch.bfloat16, v_head_dim=128)
     assert mla.name == "bfloat16-d192v128-h64x64"
-    fwd = record_case(mla)[0]
-    assert (fwd.kwargs["D_QK"], fwd.kwargs["D_V"]) == (192, 128)
-    assert (fwd.kwargs["BLOCK_QK"], fwd.kwargs["BLOCK_V"]) == (256, 128)
+    fwd, diag, dq, dkv0 = record_case(mla)
+    for launch in (fwd, dq, dkv0):
+        assert (launch.kwargs["D_QK"], launch.kwargs["D_V"]) == (192, 128)
+        kw = launch.kwargs
+        assert (kw["BLOCK_QK"], kw["BLOCK_QK2"], kw["SPLIT"]) == (128, 64, True)
+        assert launch.kwargs["BLOCK_V"] == 128
+    assert (diag.kwargs["BLOCK_QK"], diag.kwargs["BLOCK_V"]) == (256, 128)
 
 
 def test_cross_compile_refuses_an_interpreter_imported_triton():
@@ -146,6 +158,8 @@ FITS = KernelBuild(
     spill_load_bytes=0,
     stack_bytes=0,
     compile_s=0.0,
+    wgmma=8,
+    mma_sync=0,
 )
 
 
@@ -156,8 +170,21 @@ def test_shared_memory_over_the_limit_is_a_problem():
     assert build.problems(80)  # smaller on A100
 
 
-def test_spills_at_16_bit_are_a_problem():
-    build = dataclasses.replace(FITS, spill_store_bytes=8, spill_load_bytes=8)
-    assert "spills 8 bytes" in build.problems(90)[0]
+def test_spills_past_the_budget_at_16_bit_are_a_problem():
+    small = dataclasses.replace(FITS, spill_store_bytes=64, spill_load_bytes=64)
+    assert small.problems(90) == []  # reported in the table, within budget
+    over = SPILL_BUDGET_BYTES + 8
+    build = dataclasses.replace(FITS, spill_store_bytes=over, spill_load_bytes=over)
+    assert f"spills {over} bytes" in build.problems(90)[0]
     fp32 = dataclasses.replace(build, dtype="float32")
     assert fp32.problems(90) == []  # IEEE correctness configs: reported only
+
+
+def test_mma_sync_in_a_block0_kernel_is_a_problem_on_hopper():
+    ampere = dataclasses.replace(FITS, wgmma=0, mma_sync=144, kernel="dkv0_kernel")
+    assert "144 mma.sync" in ampere.problems(90)[0]
+    assert ampere.problems(80) == []  # sm_80 has no wgmma: mma.sync is its MMA
+    mixed = dataclasses.replace(FITS, wgmma=8, mma_sync=4, kernel="dq_kernel")
+    assert mixed.problems(90)
+    diag = dataclasses.replace(FITS, wgmma=0, mma_sync=0, kernel="diag_kernel")
+    assert diag.problems(90) == []  # element-wise: no MMA expected
