@@ -64,7 +64,7 @@ _CONFIGS: dict[tuple[str, bool, int, int], KernelConfig] = {
     ("diag", False, 256, 128): (32, 0, 8, 1),
     ("fwd", False, 256, 256): (64, 64, 8, 2),
     ("dq", False, 256, 256): (64, 64, 8, 2),
-    ("dkv0", False, 256, 256): (64, 64, 8, 2),
+    ("dkv0", False, 256, 256): (64, 64, 8, 1),
     ("diag", False, 256, 256): (16, 0, 8, 1),
     # fp32
     ("fwd", True, 64, 64): (32, 64, 8, 2),

@@ -96,22 +96,17 @@ def _fwd_kernel(
                             INTERIOR)  # fmt: skip
 
     # diagonal blocks j = 1..t: key/value rows j*N + rows, one dot product per
-    # row; unrolled, the next block's rows loaded before this one's math
-    if NUM_BLOCKS > 1:
-        nxt = load_diagonal(kv, rows, row_valid, 1, N, D_QK, BLOCK_QK, BLOCK_QK2,
-                            SPLIT, D_V, BLOCK_V, COMPUTE)  # fmt: skip
-        for j in tl.static_range(1, NUM_BLOCKS):
-            k_j, v_j = nxt
-            if j + 1 < NUM_BLOCKS:
-                nxt = load_diagonal(kv, rows, row_valid, j + 1, N, D_QK, BLOCK_QK,
-                                    BLOCK_QK2, SPLIT, D_V, BLOCK_V,
-                                    COMPUTE)  # fmt: skip
-            s_j = rowwise_qk(q, k_j, SPLIT) * qk_scale
-            s_j = tl.where(row_valid, s_j, float("-inf"))
-            m_i, m_safe, alpha = online_softmax_update(m_i, s_j)
-            p_j = tl.math.exp2(s_j - m_safe)
-            l_i = l_i * alpha + p_j
-            acc = acc * alpha[:, None] + p_j[:, None] * v_j.to(tl.float32)
+    # row; unrolled (a compile-time step count), so every block's loads can issue
+    # before the math that waits on them
+    for j in tl.static_range(1, NUM_BLOCKS):
+        k_j, v_j = load_diagonal(kv, rows, row_valid, j, N, D_QK, BLOCK_QK, BLOCK_QK2,
+                                 SPLIT, D_V, BLOCK_V, COMPUTE)  # fmt: skip
+        s_j = rowwise_qk(q, k_j, SPLIT) * qk_scale
+        s_j = tl.where(row_valid, s_j, float("-inf"))
+        m_i, m_safe, alpha = online_softmax_update(m_i, s_j)
+        p_j = tl.math.exp2(s_j - m_safe)
+        l_i = l_i * alpha + p_j
+        acc = acc * alpha[:, None] + p_j[:, None] * v_j.to(tl.float32)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     lse = tl.where(l_i == 0.0, 0.0, m_i + tl.math.log2(l_safe))
