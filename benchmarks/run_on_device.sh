@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # One prepared run on the lent GPU (the device tool's `run`): CUDA correctness of
-# the Triton kernels, then the benchmarks, each writing under $OUT. Steps are
-# independent: one failing does not stop the others; the exit code is the number
-# of failed steps. Never edit numbers into results: commit the JSON as written.
+# the Triton kernels, per-kernel timings and a tile sweep, the per-kernel profile of
+# ours and of FlexAttention, the attention benchmark and the Kimi-size training
+# step, each writing under $OUT. Steps are independent: one failing or cut by its
+# time limit does not stop the others; the exit code is the number of failed steps.
+# Never edit numbers into results: commit the JSON as written.
+#
+# Time: the step limits below add up to 480 s (plus ~15 s of set-up and at most
+# 10 s of kill grace per step that overruns), inside the tool's timeout_s of 540;
+# $OUT/steps.tsv has each step's limit, exit code and seconds, for re-cutting them.
+# The device tool lends 15 minutes in all (start-up included), so a second try is
+# of the failed steps only:
+#   STEPS="kernel-tiles draft-train-step" bash benchmarks/run_on_device.sh
 #
 # From this machine (no GPU needed to prepare):
 #   pip install --no-build-isolation --no-deps -e .        # fills .vendored/
@@ -16,15 +25,23 @@ set -u
 OUT=${OUT:?set by the device tool}
 export PYTHONPATH="$PWD:$PWD/.vendored/src${PYTHONPATH:+:$PYTHONPATH}"
 export TRITON_DEFAULT_FP_FUSION=1
+started=$SECONDS
 failed=0
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log under $OUT
-    local name=$1 limit=$2
+    local name=$1 limit=$2 rc=0 t0=$SECONDS
     shift 2
-    echo "== $name (limit ${limit}s)"
-    if timeout "$limit" "$@" >"$OUT/$name.log" 2>&1; then
-        echo "   ok"
+    if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
+        return 0
+    fi
+    echo "== $name (limit ${limit}s, at $((SECONDS - started))s)"
+    # SIGTERM at the limit (the Python steps write what they have), KILL 10 s later
+    timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
+    printf '%s\t%s\t%s\t%s\n' "$name" "$limit" "$rc" "$((SECONDS - t0))" \
+        >>"$OUT/steps.tsv"
+    if [ "$rc" -eq 0 ]; then
+        echo "   ok ($((SECONDS - t0))s)"
     else
-        echo "   FAILED ($?)"
+        echo "   FAILED rc=$rc ($((SECONDS - t0))s; 124: cut by the limit)"
         failed=$((failed + 1))
     fi
     tail -n 5 "$OUT/$name.log"
@@ -43,6 +60,7 @@ lines = [f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items())
          for group, eps in project.get("entry-points", {}).items()]
 (info / "entry_points.txt").write_text("\n".join(lines))
 PY
+printf 'step\tlimit_s\trc\tseconds\n' >"$OUT/steps.tsv"
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
 python3 -c 'import torch, triton; print(torch.__version__, triton.__version__,
     torch.cuda.get_device_name())' >"$OUT/versions.txt" 2>&1
@@ -50,17 +68,37 @@ if [ -d .device-wheels ]; then
     python3 -m pip install -q --no-index --no-deps .device-wheels/*.whl \
         >"$OUT/pip.log" 2>&1 || echo "wheel install failed: see pip.log"
 fi
+echo "set-up done at $((SECONDS - started))s"
 
-step kernel-tests-cuda 240 env SPECULATORS_KIMI_KERNEL_DEVICE=cuda \
-    python3 -m pytest -q -p no:cacheprovider tests/kernels/test_draft_attention.py \
-    --junitxml "$OUT/kernel-tests-cuda.xml"
-step draft-attention 120 python3 benchmarks/draft_attention.py \
-    --n 8192 --docs 1 16 --heads 32x8 64x64 --dims 128/128 --steps 7 \
+# 80 s: the CUDA correctness tests on 8 workers (each compiles its own configs).
+# --confcutdir keeps tests/conftest.py out: its scheduler sends a whole file to one
+# worker (so the 2026-12-04 run was serial); -v names each test as it ends, so a
+# cut run still says which passed
+step kernel-tests-cuda 80 env SPECULATORS_KIMI_KERNEL_DEVICE=cuda OMP_NUM_THREADS=2 \
+    python3 -m pytest -v -n 8 --confcutdir tests/kernels -p no:cacheprovider \
+    tests/kernels/test_draft_attention.py --junitxml "$OUT/kernel-tests-cuda.xml"
+# 100 s: every config compiled in parallel first (at most 40 s), then each kernel
+# timed alone (32x8 and 64x64 of 128, 64x64 of 192/128; 1 and 16 documents; steps
+# 0 and 6), then the tile sweep at step 6 until its deadline
+step kernel-tiles 100 python3 benchmarks/kernel_tiles.py --parts timings sweep \
+    --deadline 85 --precompile-budget 40 --warmup 20 --rep 60 \
+    --out "$OUT/kernel_tiles.json"
+# 60 s: ours and flex under torch.profiler (flex compiles here: one per shape, step)
+step kernel-profile 60 python3 benchmarks/kernel_tiles.py --parts profile \
+    --deadline 50 --profile-iters 3 --out "$OUT/kernel_profile.json"
+# 75 s: the full benchmark, triton vs flex (sdpa: see the 2026-12-04 run), the
+# Llama-style heads of the first run; 64x64 of 128 is in the two steps above and in
+# the training step
+step draft-attention 75 python3 benchmarks/draft_attention.py \
+    --n 8192 --docs 1 16 --heads 32x8 --dims 128/128 --steps 7 --impls triton flex \
     --rounds 1 --out "$OUT/draft_attention.json"
-# the MLA draft (Kimi-K2.5: 64 heads, q/k 192, v 128), same inputs for all impls
-step draft-attention-mla 100 python3 benchmarks/draft_attention.py \
-    --n 8192 --docs 1 16 --heads 64x64 --dims 192/128 --steps 7 --rounds 1 \
-    --out "$OUT/draft_attention_mla.json"
-step draft-train-step 90 python3 benchmarks/draft_train_step.py --rounds 2 \
+# 55 s: the MLA draft (Kimi-K2.5: 64 heads, q/k 192, v 128), same inputs for both
+step draft-attention-mla 55 python3 benchmarks/draft_attention.py \
+    --n 8192 --docs 1 16 --heads 64x64 --dims 192/128 --steps 7 --impls triton flex \
+    --rounds 1 --out "$OUT/draft_attention_mla.json"
+# 110 s: one training step at Kimi-K2.5 draft size, simple_flex_attention then
+# triton (each compiles upstream's torch.compile'd forward first)
+step draft-train-step 110 python3 benchmarks/draft_train_step.py --rounds 3 \
     --out "$OUT/draft_train_step.json"
+echo "done at $((SECONDS - started))s; $failed failed step(s)"
 exit "$failed"
