@@ -82,12 +82,13 @@ KERNEL_OF = {
     "_fwd_kernel": "fwd",
     "_dq_kernel": "dq",
     "_dkv0_kernel": "dkv0",
-    "_dkv_diag_kernel": "diag",
+    "_diag_kernel": "diag",
 }
 #: (BLOCK_M, BLOCK_N, num_warps, num_stages), as ``configs`` takes them.
 Config = tuple[int, int, int, int]
 
-# Candidates on Hopper: FlashAttention's and flex's shapes (flex's sm_90 backward is
+# The diagonal kernel's BLOCK_M counts rows x TTT steps (next power of two) per
+# program. Candidates on Hopper: FlashAttention's and flex's shapes (flex's sm_90 backward is
 # FlexBwDConfig(64, 128, 128, 64, 3, 8): dK/dV 128 keys x 64 queries, dQ 128 queries
 # x 64 keys, 8 warps, 3 stages), and smaller ones for the 192/128 MLA heads.
 GPU_CANDIDATES: dict[str, list[Config]] = {
@@ -106,6 +107,7 @@ GPU_CANDIDATES: dict[str, list[Config]] = {
         (64, 0, 4, 1),
         (64, 0, 8, 1),
         (128, 0, 8, 1),
+        (256, 0, 8, 1),
     ],
 }
 # Interpreter smoke: small tiles (the interpreter's default is 64 x 64), and one
