@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kernel_device import DEVICE, gpu_only, interpreter_only
+from kernel_device import DEVICE, ON_GPU, gpu_only, interpreter_only
 
 from speculators_kimi.kernels import (
     document_layout,
@@ -235,6 +235,51 @@ def test_interior_tiles_skip_the_mask(monkeypatch):
     docs[200:] = 1
     check(512, 1, 1, 1, 16, 100, torch.float32, docs=docs, backward=False)
     assert 8 < len(masked_tiles) < 36
+
+
+@pytest.mark.parametrize("t", range(8), ids=[f"t{t}" for t in range(8)])
+def test_every_unrolled_step_count(t):
+    """The step count is a compile-time constant: each of 1..8 blocks is its own
+    unrolled kernel, and the diagonal kernel pads the steps to a power of two
+    (t = 3, 5, 6, 7 have masked step slots)."""
+    check(40, t, 2, 1, 16, None, torch.float32, num_docs=2, pad_tail=3)
+
+
+@interpreter_only
+def test_shipped_hopper_tiles(monkeypatch):
+    """The tiles the GPU runs (fwd/dQ 128 x 64, dK/dV 64 queries x 128 keys, the
+    diagonal's rows x steps), under the interpreter: documents, padding and a
+    window cutting the two-stage loops, a GQA fold and a split q/k head."""
+    from speculators_kimi.kernels import configs
+
+    with monkeypatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "0")
+        shipped = {
+            kernel: configs.pick_blocks(128, 128, torch.bfloat16, kernel)
+            for kernel in configs.KERNELS
+        }
+    assert shipped["dkv0"][:2] == (64, 128) and shipped["dq"][:2] == (128, 64)
+    with configs.tile_overrides(shipped):
+        check(300, 2, 4, 2, 16, 37, torch.float32, num_docs=4)
+        check(260, 1, 2, 1, 40, None, torch.float32, num_docs=3, dv=24, scale=0.3)
+
+
+def test_same_bits_on_two_runs():
+    """No atomics: the GQA fold of dK/dV sums the group's heads in order, the
+    diagonal kernel owns its rows, so two runs give the same bits (on a GPU too,
+    where programs race)."""
+    n, t, hq, hkv = (1000, 3, 8, 2) if ON_GPU else (130, 2, 4, 2)
+    dtype = torch.bfloat16 if ON_GPU else torch.float32
+    docs = make_docs(n, 3, pad_tail=4, interior_pad=True).to(DEVICE)
+    q, k, v, do = make_inputs(1, hq, hkv, n, t, 64, dtype, seed=5)
+    runs = []
+    for _ in range(2):
+        ins = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        out = draft_attention(*ins, docs, sliding_window=300)
+        out.backward(do)
+        runs.append([out, *(x.grad for x in ins)])
+    for first, second in zip(*runs, strict=True):
+        assert torch.equal(first, second)
 
 
 def test_large_n_2048():
