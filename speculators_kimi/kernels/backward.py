@@ -125,17 +125,30 @@ def _dq_kernel(
 
 
 @triton.jit
-def _dkv_block0(dk, dv, k, v, cols, doc_k, qo, LSE, DELTA, row_base, LAYOUT, bounds,
-                N, WINDOW, qk_scale, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT, D_V, BLOCK_V,
-                HAS_WINDOW, COMPUTE, PREC, BLOCK_M: tl.constexpr,
+def _dkv_block0(dk, dv, k, v, cols, doc_k, group, LSE, DELTA, LAYOUT, bounds, N,
+                WINDOW, qk_scale, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT, D_V, BLOCK_V,
+                GROUP, HAS_WINDOW, COMPUTE, PREC, BLOCK_M: tl.constexpr,
                 STAGE: tl.constexpr):  # fmt: skip
-    """dK (a pair, unscaled) and dV of the key tile ``cols`` from one head's query
-    tiles of ``STAGE``, as transposed tiles (rows: keys, columns: queries);
-    ``qo = (q_base, do_base, q_row_stride, do_row_stride)``."""
-    q_base, do_base, sqn, sdon = qo
+    """dK (a pair, unscaled) and dV of the key tile ``cols`` from the query tiles
+    of ``STAGE`` of the group's heads, as transposed tiles (rows: keys, columns:
+    queries). One loop over (head, tile) pairs, head by head (a fixed order: no
+    atomics); ``group = (Q, DO, q_strides, do_strides, b, first head, HQ)``. A
+    loop over heads around the tile loop spilled 1.3 KB per thread at d=128 on
+    triton 3.6."""
+    Q, DO, q_strides, do_strides, b, h0, HQ = group
     dk_a, dk_b = dk
-    for i in range(0, tile_count(bounds, BLOCK_M, STAGE)):
-        rows = tile_start(i, bounds, BLOCK_M, STAGE) + tl.arange(0, BLOCK_M)
+    count = tile_count(bounds, BLOCK_M, STAGE)
+    for it in range(0, GROUP * count):
+        g = it // count
+        h = h0 + g
+        q_base = head(Q, b, h, q_strides)
+        do_base = head(DO, b, h, do_strides)
+        sqn = q_strides[2]
+        sdon = do_strides[2]
+        row_base = (b * HQ + h).to(tl.int64) * N
+        rows = tile_start(it - g * count, bounds, BLOCK_M, STAGE) + tl.arange(
+            0, BLOCK_M
+        )
         row_valid = rows < N
         q = load_qk(q_base, rows, sqn, row_valid, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT,
                     COMPUTE)  # fmt: skip
@@ -184,19 +197,15 @@ def _dkv0_kernel(
     dk = (tl.zeros([BLOCK_N, BLOCK_QK], dtype=tl.float32),
           tl.zeros([BLOCK_N, BLOCK_QK2], dtype=tl.float32))  # fmt: skip
     dv = tl.zeros([BLOCK_N, BLOCK_V], dtype=tl.float32)
-    for g in range(GROUP):  # the group's query heads, in order: no atomics
-        h = hk * GROUP + g
-        qo = (head(Q, b, h, q_strides), head(DO, b, h, do_strides), q_strides[2],
-              do_strides[2])  # fmt: skip
-        row_base = (b * HQ + h).to(tl.int64) * N
-        dk, dv = _dkv_block0(dk, dv, k, v, cols, doc_k, qo, LSE, DELTA, row_base,
-                             LAYOUT, bounds, N, WINDOW, qk_scale, D_QK, BLOCK_QK,
-                             BLOCK_QK2, SPLIT, D_V, BLOCK_V, HAS_WINDOW, COMPUTE,
-                             PREC, BLOCK_M, EDGES)  # fmt: skip
-        dk, dv = _dkv_block0(dk, dv, k, v, cols, doc_k, qo, LSE, DELTA, row_base,
-                             LAYOUT, bounds, N, WINDOW, qk_scale, D_QK, BLOCK_QK,
-                             BLOCK_QK2, SPLIT, D_V, BLOCK_V, HAS_WINDOW, COMPUTE,
-                             PREC, BLOCK_M, INTERIOR)  # fmt: skip
+    group = (Q, DO, q_strides, do_strides, b, hk * GROUP, HQ)
+    dk, dv = _dkv_block0(dk, dv, k, v, cols, doc_k, group, LSE, DELTA, LAYOUT, bounds,
+                         N, WINDOW, qk_scale, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT, D_V,
+                         BLOCK_V, GROUP, HAS_WINDOW, COMPUTE, PREC, BLOCK_M,
+                         EDGES)  # fmt: skip
+    dk, dv = _dkv_block0(dk, dv, k, v, cols, doc_k, group, LSE, DELTA, LAYOUT, bounds,
+                         N, WINDOW, qk_scale, D_QK, BLOCK_QK, BLOCK_QK2, SPLIT, D_V,
+                         BLOCK_V, GROUP, HAS_WINDOW, COMPUTE, PREC, BLOCK_M,
+                         INTERIOR)  # fmt: skip
 
     store_qk(head(DK, b, hk, dk_strides), cols, dk_strides[2], col_valid, D_QK,
              BLOCK_QK, SPLIT, (dk[0] * sm_scale, dk[1] * sm_scale))  # fmt: skip
