@@ -169,6 +169,7 @@ def cmd_test_series(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         skip_installed=args.skip_installed,
         dropin=args.dropin,
+        all_tests=args.all_tests,
     )
 
 
@@ -289,6 +290,11 @@ def _add_test_commands(sub: argparse._SubParsersAction) -> None:
         "--dropin",
         action="store_true",
         help="also compare each tree's API and commands with the pin's (dropin)",
+    )
+    t.add_argument(
+        "--all-tests",
+        action="store_true",
+        help="each tree runs upstream's whole suite, not the tests its units reach",
     )
     t.set_defaults(func=cmd_test_series)
 
