@@ -279,7 +279,11 @@ def _add_test_commands(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
     t.add_argument("--keep", action="store_true", help="keep the scratch trees")
     t.add_argument(
-        "--jobs", type=int, default=1, metavar="N", help="test N units at a time"
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N pytest runs at a time (parts of a tree; trees with --all-tests)",
     )
     t.add_argument(
         "--skip-installed",
