@@ -284,4 +284,4 @@ def test_a_tree_runs_the_upstream_files_its_unit_reaches(fake_project):
     proc = vendor(root, sdist, "--upstream-suite", str(suite), "--all-tests")
     row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("  0002-bad"))
     assert "suite 1/2 (1 regressed)" in row, proc.stdout
-    assert "upstream tests (" not in proc.stdout
+    assert "0002: 2/2 upstream tests (--all-tests)" in proc.stdout

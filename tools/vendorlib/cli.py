@@ -283,7 +283,7 @@ def _add_test_commands(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="N pytest runs at a time (parts of a tree; trees with --all-tests)",
+        help="split each tree's tests into N runs side by side",
     )
     t.add_argument(
         "--skip-installed",

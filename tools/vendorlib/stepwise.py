@@ -39,7 +39,6 @@ from .unit_files import (
     relevant_test_files,
     touched_files,
     tree_test_dir_files,
-    tree_test_files,
 )
 from .units import apply_unit
 
@@ -133,21 +132,18 @@ def plan_tree(
     unit: Unit,
     tree: Path,
     where: str,
-    files: list[str] | None = None,
-    upstream: list[str] | None = None,
-    shards: int = 1,
-    record: bool = False,
+    files: list[str],
+    upstream: list[str],
+    shards: int,
+    record: bool,
 ) -> TreePlan:
-    """pytest on the tree: upstream's test files ``upstream`` (default: all) and
-    the units' tests ``files`` (default: every unit's so far), in at most
-    ``shards`` runs of about equal size, each in its own folder; ``record``:
-    each records its test files' imports (`impact`)."""
-    files = tree_test_files(tree) if files is None else files
+    """pytest on the tree: upstream's test files ``upstream`` and the units' tests
+    ``files``, in at most ``shards`` runs of about equal size, each in its own
+    folder; ``record``: each records its test files' imports (`impact`)."""
     if suite is None:
         runs = [TreeRun(unit.name, tree, tree / "src", files)] if files else []
         return TreePlan(unit, tree, where, files, runs, None)
     every = upstream_files(suite)
-    upstream = every if upstream is None else upstream
     held = {t for t in read_baseline(suite) if test_file(t, every) in {*upstream}}
     targets = [*upstream, *files]
 
@@ -300,61 +296,39 @@ def _dropin_checks(
     return checked
 
 
-Judge = Callable[[TreePlan, PytestReport | None], None]
-
-
-def _run_all(
+def _run_trees(
     suite: Path | None,
     units: list[Unit],
     trees: list[tuple[Unit, Path, str]],
     server: PytestServer,
-    judged: Judge,
-) -> None:
-    """Every tree's whole suite, the trees side by side. Later trees hold more
-    tests: they start first, so that no job is left alone with the longest."""
-    index = {u.name: i for i, u in enumerate(units)}
-    plans = [
-        plan_tree(suite, *t, files=relevant_test_files(units, index[t[0].name], t[1]))
-        for t in reversed(trees)
-    ]
-    by_key = {run.key: plan for plan in plans for run in plan.runs}
-    for plan in plans:
-        if not plan.runs:
-            judged(plan, None)
-    server.run(
-        [run for plan in plans for run in plan.runs],
-        lambda key, report: judged(by_key[key], report),
-    )
-
-
-def _run_selected(
-    suite: Path,
-    units: list[Unit],
-    trees: list[tuple[Unit, Path, str]],
-    server: PytestServer,
     shards: int,
-    judged: Judge,
+    judged: Callable[[TreePlan, PytestReport | None], None],
+    all_tests: bool,
 ) -> None:
-    """Tree by tree, each in ``shards`` runs side by side: the first runs the
-    whole suite; each later one the test files whose imports, recorded on the
-    tree before it, meet a file its units (since that tree) touch."""
-    every = upstream_files(suite)
-    total = len(read_baseline(suite))
+    """Tree by tree, each in ``shards`` runs side by side. Of upstream's test
+    files, the first tree runs all; each later one those whose imports, recorded
+    on the tree before it, meet a file its units (since that tree) touch (all
+    with ``all_tests``)."""
+    every = upstream_files(suite) if suite is not None else []
+    total = len(read_baseline(suite)) if suite is not None else 0
     index = {u.name: i for i, u in enumerate(units)}
     deps: dict[str, list[str]] | None = None
     since = 0
     for unit, tree, where in trees:
         i = index[unit.name]
-        if deps is None:
-            picked, why = every, "the first tree: no imports recorded yet"
-        else:
-            touched = set().union(*(touched_files(u) for u in units[since : i + 1]))
-            picked, why = affected(deps, every, touched)
+        touched = set().union(*(touched_files(u) for u in units[since : i + 1]))
         since = i + 1
+        picked, why = every, "--all-tests"
+        if deps is None and not all_tests:
+            why = "the first tree: no imports recorded yet"
+        elif deps is not None:
+            picked, why = affected(deps, every, touched)
         files = relevant_test_files(units, i, tree)
-        plan = plan_tree(suite, unit, tree, where, files, picked, shards, record=True)
-        held = len(plan.baseline or ())
-        print(f"{unit.name.split('-')[0]}: {held}/{total} upstream tests ({why})")
+        record = suite is not None and not all_tests
+        plan = plan_tree(suite, unit, tree, where, files, picked, shards, record)
+        if suite is not None:
+            held = len(plan.baseline or ())
+            print(f"{unit.name.split('-')[0]}: {held}/{total} upstream tests ({why})")
         got: list[PytestReport] = []
 
         def heard(_key: str, report: PytestReport, got: list = got) -> None:
@@ -362,11 +336,13 @@ def _run_selected(
 
         server.run(plan.runs, heard)
         judged(plan, merged(got) if got else None)
-        deps = dict(deps or {})
-        for run in plan.runs:
-            assert run.record is not None
-            seen = json.loads(run.record.read_text()) if run.record.is_file() else {}
-            deps.update({f: seen.get(f, [EVERYTHING]) for f in run.targets})
+        if record:
+            deps = dict(deps or {})
+            for run in plan.runs:
+                assert run.record is not None
+                rec = run.record
+                seen = json.loads(rec.read_text()) if rec.is_file() else {}
+                deps.update({f: seen.get(f, [EVERYTHING]) for f in run.targets})
 
 
 def run_series(
@@ -427,10 +403,7 @@ def run_series(
 
         env = tree_env(None, one_thread=jobs > 1)
         with PytestServer(python, env, max(1, jobs), TIMEOUT_S) as server:
-            if suite is None or all_tests:
-                _run_all(suite, units, trees, server, judged)
-            else:
-                _run_selected(suite, units, trees, server, max(1, jobs), judged)
+            _run_trees(suite, units, trees, server, max(1, jobs), judged, all_tests)
     finally:
         if keep:
             print(f"trees kept under {scratch}")
