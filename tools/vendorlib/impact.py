@@ -23,7 +23,7 @@ import pkgutil
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Generator, Iterable
 from importlib.util import resolve_name
 from pathlib import Path
 from typing import Any
@@ -132,8 +132,8 @@ class ImportRecorder:
         if found:
             self.edges[self._importer()].update(found)
 
-    def install(self) -> Callable[[], None]:
-        """Hook the interpreter's imports; returns the undo."""
+    def install(self) -> None:
+        """Hook this interpreter's imports (for good: it ends with the run)."""
         real_import, real_gcd = builtins.__import__, vars(bootstrap)["_gcd_import"]
         real_iter, real_popen = pkgutil.iter_modules, subprocess.Popen.__init__
         real_start = multiprocessing.process.BaseProcess.start
@@ -196,15 +196,6 @@ class ImportRecorder:
         pkgutil.iter_modules = iter_modules  # type: ignore[assignment]
         subprocess.Popen.__init__ = popen  # type: ignore[method-assign]
         multiprocessing.process.BaseProcess.start = start  # type: ignore[method-assign]
-
-        def undo() -> None:
-            builtins.__import__ = real_import
-            vars(bootstrap)["_gcd_import"] = real_gcd
-            pkgutil.iter_modules = real_iter
-            subprocess.Popen.__init__ = real_popen  # type: ignore[method-assign]
-            multiprocessing.process.BaseProcess.start = real_start  # type: ignore[method-assign]
-
-        return undo
 
     def _within(self, path: Any) -> Generator[None, Any, Any]:
         before, self.context = self.context, self.rel(str(path)) or self.context
