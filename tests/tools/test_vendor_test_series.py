@@ -264,3 +264,24 @@ def test_the_installed_package_is_recognised_file_by_file(tmp_path):
     assert not same_package(installed, tree)
     (installed / "sub/mod.py").unlink()
     assert not same_package(installed, tree)
+
+
+def test_a_tree_runs_the_upstream_files_its_unit_reaches(fake_project):
+    root, sdist, suite = fake_project
+    write(suite / "snapshot/tests/unit/test_side.py", "def test_side():\n    pass\n")
+    with (suite / "baseline.txt").open("a") as f:
+        f.write("tests.unit.test_side::test_side\n")
+    proc = vendor(root, sdist, "--upstream-suite", str(suite))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "0001: 2/2 upstream tests (the first tree: no imports recorded yet)" in (
+        lines
+    )
+    # 0002 changes speculators/__init__.py: test_core imports it, test_side not.
+    assert "0002: 1/2 upstream tests (touches src/speculators/__init__.py)" in lines
+    row = next(ln for ln in lines if ln.startswith("  0002-bad"))
+    assert "suite 0/1 (1 regressed)" in row
+    proc = vendor(root, sdist, "--upstream-suite", str(suite), "--all-tests")
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("  0002-bad"))
+    assert "suite 1/2 (1 regressed)" in row, proc.stdout
+    assert "0002: 2/2 upstream tests (--all-tests)" in proc.stdout

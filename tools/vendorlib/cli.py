@@ -169,6 +169,7 @@ def cmd_test_series(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         skip_installed=args.skip_installed,
         dropin=args.dropin,
+        all_tests=args.all_tests,
     )
 
 
@@ -278,7 +279,11 @@ def _add_test_commands(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
     t.add_argument("--keep", action="store_true", help="keep the scratch trees")
     t.add_argument(
-        "--jobs", type=int, default=1, metavar="N", help="test N units at a time"
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="split each tree's tests into N runs side by side",
     )
     t.add_argument(
         "--skip-installed",
@@ -289,6 +294,11 @@ def _add_test_commands(sub: argparse._SubParsersAction) -> None:
         "--dropin",
         action="store_true",
         help="also compare each tree's API and commands with the pin's (dropin)",
+    )
+    t.add_argument(
+        "--all-tests",
+        action="store_true",
+        help="each tree runs upstream's whole suite, not the tests its units reach",
     )
     t.set_defaults(func=cmd_test_series)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -17,7 +18,6 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .proc import captured
 
@@ -41,6 +41,7 @@ class Outcome:
     id: str
     file: str
     status: str  # passed, failed (failure or error) or skipped
+    seconds: float = 0.0
 
 
 @dataclass
@@ -95,7 +96,8 @@ def read_junit(junit: Path) -> list[Outcome]:
             if "skipped" in kinds
             else "passed"
         )
-        outcomes.append(Outcome(name, tc.get("file") or "", status))
+        seconds = float(tc.get("time") or 0)
+        outcomes.append(Outcome(name, tc.get("file") or "", status, seconds))
     return outcomes
 
 
@@ -148,66 +150,85 @@ def run_pytest(
 
 @dataclass(frozen=True)
 class TreeRun:
-    """One pytest run of `run_pytest_forked`: where, importing which `src/`, what."""
+    """One pytest run of `PytestServer`: where, importing which `src/`, what, and
+    where to record its test files' imports (`impact.ImportRecorder`; None: not)."""
 
     key: str
     cwd: Path
     src: Path
     targets: list[str]
+    record: Path | None = None
 
 
-def run_pytest_forked(
-    python: str,
-    runs: list[TreeRun],
-    env: dict[str, str],
-    jobs: int,
-    timeout: float,
-    on_report: Callable[[str, PytestReport], None],
-) -> None:
-    """Each run as ``run_pytest`` would, ``jobs`` at a time, in interpreters forked
-    from one warm parent (`pytest_server`): ``on_report`` hears each as it ends.
+class PytestServer:
+    """Batches of runs as ``run_pytest`` would, ``jobs`` at a time, in interpreters
+    forked from one warm parent (`pytest_server`), which imports torch,
+    transformers and datasets once for every batch.
 
     ``env`` is the parent's (the one every run shares; each run's ``PYTHONPATH``
-    is its ``src``). Saves each run the seconds of importing torch, transformers
-    and datasets.
+    is its ``src``).
     """
-    with tempfile.TemporaryDirectory(prefix="pytest-server-") as work:
-        raws: list[dict[str, Any]] = []
-        for i, run in enumerate(runs):
-            junit = junit_path(run.cwd)
-            junit.unlink(missing_ok=True)
-            raws.append(
-                {
-                    "key": run.key,
-                    "cwd": str(run.cwd),
-                    "src": str(run.src),
-                    "targets": run.targets,
-                    "args": pytest_args(junit, run.targets),
-                    "log": str(Path(work) / f"{i}.log"),
-                }
-            )
-        by_key = {r["key"]: (run, r) for run, r in zip(runs, raws, strict=True)}
-        job = {"runs": raws, "jobs": jobs, "timeout_s": timeout}
-        (Path(work) / "job.json").write_text(json.dumps(job))
-        server_env = {**env, "PYTHONPATH": str(TOOLS)}
-        with subprocess.Popen(
-            [python, "-m", "vendorlib.pytest_server", str(Path(work) / "job.json")],
-            env=server_env,
-            cwd=work,
+
+    def __init__(self, python: str, env: dict[str, str], jobs: int, timeout: float):
+        self.work = Path(tempfile.mkdtemp(prefix="pytest-server-"))
+        (self.work / "job.json").write_text(
+            json.dumps({"jobs": jobs, "timeout_s": timeout})
+        )
+        self.proc = subprocess.Popen(
+            [python, "-m", "vendorlib.pytest_server", str(self.work / "job.json")],
+            env={**env, "PYTHONPATH": str(TOOLS)},
+            cwd=self.work,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-        ) as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                done = json.loads(line)
-                run, raw = by_key[done["key"]]
-                log = Path(raw["log"])
-                text = log.read_text(errors="replace") if log.is_file() else ""
-                rc = done.get("ok", 124)
-                if "error" in done:
-                    text += f"\n(pytest's interpreter: {done['error']})"
-                junit = junit_path(run.cwd)
-                seconds = done.get("seconds", 0.0)
-                on_report(run.key, _read_report(rc, text, junit, seconds))
-        if proc.returncode != 0:
-            raise RuntimeError(f"pytest server failed (rc={proc.returncode})")
+        )
+        self.count = 0
+
+    def run(
+        self, runs: list[TreeRun], on_report: Callable[[str, PytestReport], None]
+    ) -> None:
+        """Every run of ``runs``; ``on_report`` hears each as it ends."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        raws, by_key = [], {}
+        for run in runs:
+            junit = junit_path(run.cwd)
+            junit.unlink(missing_ok=True)
+            self.count += 1
+            raw = {
+                "key": run.key,
+                "cwd": str(run.cwd),
+                "src": str(run.src),
+                "targets": run.targets,
+                "args": pytest_args(junit, run.targets),
+                "log": str(self.work / f"{self.count}.log"),
+                "record": run.record and str(run.record),
+            }
+            raws.append(raw)
+            by_key[run.key] = (run, self.work / f"{self.count}.log")
+        self.proc.stdin.write(json.dumps(raws) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            done = json.loads(line)
+            if "done" in done:
+                return
+            run, log = by_key[done["key"]]
+            text = log.read_text(errors="replace") if log.is_file() else ""
+            rc = done.get("ok", 124)
+            if "error" in done:
+                text += f"\n(pytest's interpreter: {done['error']})"
+            report = _read_report(
+                rc, text, junit_path(run.cwd), done.get("seconds", 0.0)
+            )
+            on_report(run.key, report)
+        raise RuntimeError(f"pytest server failed (rc={self.proc.wait()})")
+
+    def __enter__(self) -> PytestServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        rc = self.proc.wait()
+        shutil.rmtree(self.work, ignore_errors=True)
+        if rc != 0 and exc[0] is None:
+            raise RuntimeError(f"pytest server failed (rc={rc})")

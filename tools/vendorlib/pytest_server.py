@@ -1,14 +1,17 @@
 """Many pytest runs, each in a fresh interpreter forked from a warm parent.
 
-``python -m vendorlib.pytest_server JOB`` reads the runs (each: a folder, the
-`src/` to import `speculators` from, pytest's arguments, a log file) and first forks
-one child that collects the first run's tests and reports the third-party modules
-that collection loaded. The parent imports those (`forkpool.preload`), then forks
-one child per run: the child enters the run's folder, puts its `src/` first on
-``sys.path`` and in ``PYTHONPATH`` (for the subprocesses tests start), and calls
-``pytest.main`` with its output in the log. So each run pays for its tree's own
+``python -m vendorlib.pytest_server JOB`` reads batches of runs from stdin, one
+JSON list a line (each run: a folder, the `src/` to import `speculators` from,
+pytest's arguments, a log file, where to record its imports or null). For the
+first batch it first forks one child that collects the first run's tests and
+reports the third-party modules that collection loaded. The parent imports
+those (`forkpool.preload`), then forks one child per run: the child enters the
+run's folder, puts its `src/` first on ``sys.path`` and in ``PYTHONPATH`` (for
+the subprocesses tests start), and calls ``pytest.main`` with its output in the
+log. So each run pays for its tree's own
 imports and tests, not torch's, transformers' and datasets' imports again. One
-JSON line per finished run goes to stdout as it finishes.
+JSON line per finished run goes to stdout as it finishes, and ``{"done": N}``
+after each batch.
 """
 
 from __future__ import annotations
@@ -40,7 +43,15 @@ def _pytest(run: dict[str, Any]) -> int:
     import pytest
 
     _enter(run, run["log"])
-    return int(pytest.main(run["args"]))
+    if not run.get("record"):
+        return int(pytest.main(run["args"]))
+    from .impact import ImportRecorder
+
+    roots = {str(Path(run[k]).resolve()): p for k, p in (("src", "src/"), ("cwd", ""))}
+    roots.update({run["src"]: "src/", run["cwd"]: ""})
+    recorder = ImportRecorder(roots, Path(run["record"]))
+    recorder.install()
+    return int(pytest.main(run["args"], plugins=[recorder]))
 
 
 def _outside(module: Any, folders: tuple[str, ...]) -> bool:
@@ -67,11 +78,8 @@ def _collected_modules(run: dict[str, Any]) -> list[str]:
     ]
 
 
-def serve(job: dict[str, Any]) -> None:
-    """Every run of ``job`` (``runs``, ``jobs`` alive at once, ``timeout_s``)."""
-    runs: list[dict[str, Any]] = job["runs"]
-    if not runs:
-        return
+def _preload(runs: list[dict[str, Any]]) -> None:
+    """Import the third-party modules the first run's collection loads."""
     found = run_all([Job("discover", partial(_collected_modules, runs[0]))], 1, 600)
     if "error" in found["discover"]:
         print(
@@ -83,15 +91,26 @@ def serve(job: dict[str, Any]) -> None:
     if loaded:
         raise RuntimeError(f"preloading imported {loaded}: each run imports it afresh")
 
+
+def serve(job: dict[str, Any]) -> None:
+    """Each batch of runs on stdin, ``jobs`` alive at once, ``timeout_s`` each."""
+
     def tell(key: str, result: dict[str, Any]) -> None:
         print(json.dumps({"key": key, **result}), flush=True)
 
-    run_all(
-        [Job(run["key"], partial(_pytest, run)) for run in runs],
-        int(job["jobs"]),
-        float(job["timeout_s"]),
-        on_result=tell,
-    )
+    first = True
+    while line := sys.stdin.readline():
+        runs: list[dict[str, Any]] = json.loads(line)
+        if first and runs:
+            _preload(runs)
+            first = False
+        run_all(
+            [Job(run["key"], partial(_pytest, run)) for run in runs],
+            int(job["jobs"]),
+            float(job["timeout_s"]),
+            on_result=tell,
+        )
+        print(json.dumps({"done": len(runs)}), flush=True)
 
 
 def main(argv: list[str]) -> int:

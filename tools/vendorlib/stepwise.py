@@ -17,24 +17,28 @@ again here: CI runs upstream's suite on the install, and the project's own tests
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .dropin.compare import Comparison
 from .errors import VendorError
+from .impact import EVERYTHING, affected
 from .installed import imported_from, installed_package, same_package
 from .pin import Unit, load_pin, load_series
-from .pytest_run import PytestReport, TreeRun, run_pytest_forked, tree_env
+from .pytest_run import PytestReport, PytestServer, TreeRun, tree_env
 from .sdist import extract, obtain
 from .series_report import OwnResult, SuiteResult, UnitReport, line, summarize
 from .unit_files import (
+    is_test_file,
     own_test_files,
     relevant_test_files,
+    touched_files,
     tree_test_dir_files,
-    tree_test_files,
 )
 from .units import apply_unit
 
@@ -89,16 +93,38 @@ def read_baseline(suite: Path) -> set[str]:
     return set((suite / "baseline.txt").read_text().splitlines()) - {""}
 
 
+def upstream_files(suite: Path) -> list[str]:
+    """Upstream's test files (`snapshot/tests/unit`), relative to the snapshot."""
+    top = suite / "snapshot"
+    return sorted(
+        rel
+        for p in (top / "tests" / "unit").rglob("*.py")
+        if is_test_file(rel := p.relative_to(top).as_posix())
+    )
+
+
+def test_file(test: str, files: Iterable[str]) -> str | None:
+    """The file of ``files`` that holds a JUnit-named test (``a.b.test_x.C::t``)."""
+    parts = test.split("::")[0].split(".")
+    known = set(files)
+    for i in range(len(parts), 0, -1):
+        if (f := "/".join(parts[:i]) + ".py") in known:
+            return f
+    return None
+
+
 @dataclass(frozen=True)
 class TreePlan:
-    """What one tree's pytest run is: the unit, its tree, the units' test files
-    beside upstream's suite, and the run (None: nothing to run)."""
+    """What one tree's pytest runs are: the unit, its tree, the units' test files
+    beside upstream's, the runs (none: nothing to run) and the baseline tests
+    they hold (None: no suite)."""
 
     unit: Unit
     tree: Path
     where: str
     files: list[str]
-    run: TreeRun | None
+    runs: list[TreeRun]
+    baseline: set[str] | None
 
 
 def plan_tree(
@@ -106,25 +132,44 @@ def plan_tree(
     unit: Unit,
     tree: Path,
     where: str,
-    files: list[str] | None = None,
+    files: list[str],
+    upstream: list[str],
+    shards: int,
+    record: bool,
 ) -> TreePlan:
-    """One pytest on the tree: upstream's suite and the units' tests ``files``
-    (default: every unit's tests so far)."""
-    files = tree_test_files(tree) if files is None else files
-    run = None
-    if suite is not None:
-        cwd = suite_workdir(suite, tree, tree.parent / f"{tree.name}.run")
-        run = TreeRun(unit.name, cwd, tree / "src", ["tests/unit", *files])
-    elif files:
-        run = TreeRun(unit.name, tree, tree / "src", files)
-    return TreePlan(unit, tree, where, files, run)
+    """pytest on the tree: upstream's test files ``upstream`` and the units' tests
+    ``files``, in at most ``shards`` runs of about equal size, each in its own
+    folder; ``record``: each records its test files' imports (`impact`)."""
+    if suite is None:
+        runs = [TreeRun(unit.name, tree, tree / "src", files)] if files else []
+        return TreePlan(unit, tree, where, files, runs, None)
+    every = upstream_files(suite)
+    held = {t for t in read_baseline(suite) if test_file(t, every) in {*upstream}}
+    targets = [*upstream, *files]
+
+    def cost(t: str) -> int:
+        path = suite / "snapshot" / t
+        return (path if path.is_file() else tree / t).stat().st_size
+
+    groups: list[list[str]] = [[] for _ in range(min(shards, len(targets)))]
+    load = [0] * len(groups)
+    for t in sorted(targets, key=cost, reverse=True):
+        i = load.index(min(load))
+        groups[i].append(t)
+        load[i] += cost(t)
+    runs = []
+    for i, group in enumerate(groups):
+        cwd = suite_workdir(suite, tree, tree.parent / f"{tree.name}.run{i}")
+        rec = cwd.parent / f"{cwd.name}.imports.json" if record else None
+        runs.append(TreeRun(f"{unit.name}/{i}", cwd, tree / "src", sorted(group), rec))
+    return TreePlan(unit, tree, where, files, runs, held)
 
 
-def judge_tree(
-    plan: TreePlan, suite: Path | None, report: PytestReport | None
-) -> UnitReport:
+def judge_tree(plan: TreePlan, report: PytestReport | None) -> UnitReport:
     """The unit's verdict from its tree's pytest report (None: nothing ran)."""
     own = OwnResult(plan.files, own=own_test_files(plan.unit))
+    if plan.baseline is not None and report is None:
+        report = PytestReport(0)
     if report is None:
         return UnitReport(plan.unit.name, plan.where, None, own, 0.0)
     own.rc, own.tail = report.rc, report.tail
@@ -136,20 +181,29 @@ def judge_tree(
         f"{f} (no test ran: see pytest's output)" for f in plan.files if f not in ran
     ]
     suite_result = None
-    if suite is not None:
-        baseline = read_baseline(suite)
-        passed = set(report.ids("passed"))
-        lost = sorted(baseline - passed)
+    if plan.baseline is not None:
+        lost = sorted(plan.baseline - set(report.ids("passed")))
         suite_result = SuiteResult(
             0 if report.reported else report.rc,
-            len(baseline) - len(lost),
-            len(baseline),
+            len(plan.baseline) - len(lost),
+            len(plan.baseline),
             lost,
             report.tail,
         )
         if not report.reported:
             own.failed.append(f"(pytest wrote no report, rc={report.rc})")
     return UnitReport(plan.unit.name, plan.where, suite_result, own, report.seconds)
+
+
+def merged(reports: list[PytestReport]) -> PytestReport:
+    """One tree's shards' reports as one."""
+    bad = [r.rc for r in reports if r.rc not in (0, 5)]
+    return PytestReport(
+        bad[0] if bad else min(r.rc for r in reports),
+        [o for r in reports for o in r.outcomes],
+        "\n".join(r.tail for r in reports if r.rc not in (0, 5)) or reports[0].tail,
+        max(r.seconds for r in reports),
+    )
 
 
 def prepare_trees(
@@ -242,6 +296,55 @@ def _dropin_checks(
     return checked
 
 
+def _run_trees(
+    suite: Path | None,
+    units: list[Unit],
+    trees: list[tuple[Unit, Path, str]],
+    server: PytestServer,
+    shards: int,
+    judged: Callable[[TreePlan, PytestReport | None], None],
+    all_tests: bool,
+) -> None:
+    """Tree by tree, each in ``shards`` runs side by side. Of upstream's test
+    files, the first tree runs all; each later one those whose imports, recorded
+    on the tree before it, meet a file its units (since that tree) touch (all
+    with ``all_tests``)."""
+    every = upstream_files(suite) if suite is not None else []
+    total = len(read_baseline(suite)) if suite is not None else 0
+    index = {u.name: i for i, u in enumerate(units)}
+    deps: dict[str, list[str]] | None = None
+    since = 0
+    for unit, tree, where in trees:
+        i = index[unit.name]
+        touched = set().union(*(touched_files(u) for u in units[since : i + 1]))
+        since = i + 1
+        picked, why = every, "--all-tests"
+        if deps is None and not all_tests:
+            why = "the first tree: no imports recorded yet"
+        elif deps is not None:
+            picked, why = affected(deps, every, touched)
+        files = relevant_test_files(units, i, tree)
+        record = suite is not None and not all_tests
+        plan = plan_tree(suite, unit, tree, where, files, picked, shards, record)
+        if suite is not None:
+            held = len(plan.baseline or ())
+            print(f"{unit.name.split('-')[0]}: {held}/{total} upstream tests ({why})")
+        got: list[PytestReport] = []
+
+        def heard(_key: str, report: PytestReport, got: list = got) -> None:
+            got.append(report)
+
+        server.run(plan.runs, heard)
+        judged(plan, merged(got) if got else None)
+        if record:
+            deps = dict(deps or {})
+            for run in plan.runs:
+                assert run.record is not None
+                rec = run.record
+                seen = json.loads(rec.read_text()) if rec.is_file() else {}
+                deps.update({f: seen.get(f, [EVERYTHING]) for f in run.targets})
+
+
 def run_series(
     root: Path,
     python: str,
@@ -253,11 +356,13 @@ def run_series(
     jobs: int = 1,
     skip_installed: bool = False,
     dropin: bool = False,
+    all_tests: bool = False,
 ) -> int:
     """Test each (selected) unit on pin + units up to it; print a line per unit.
 
     ``dropin``: also run the drop-in check (`dropin.check`) on each tree against
-    the pin, held to the differences the tree's units state.
+    the pin, held to the differences the tree's units state. ``all_tests``: each
+    tree runs upstream's whole suite, not the tests its units can reach.
     """
     _check_suite(suite)
     pin = load_pin(root)
@@ -289,33 +394,16 @@ def run_series(
             if dropin and trees
             else {}
         )
-        # Later trees hold more tests: start them first, so that no job is
-        # left alone with the longest tree at the end.
-        index = {u.name: i for i, u in enumerate(units)}
-        plans = {
-            t[0].name: plan_tree(
-                suite, *t, files=relevant_test_files(units, index[t[0].name], t[1])
-            )
-            for t in reversed(trees)
-        }
 
-        def judged(name: str, report: PytestReport | None) -> None:
-            result = judge_tree(plans[name], suite, report)
-            result.dropin = checked.get(name)
+        def judged(plan: TreePlan, report: PytestReport | None) -> None:
+            result = judge_tree(plan, report)
+            result.dropin = checked.get(plan.unit.name)
             reports.append(result)
             print(line(result), flush=True)
 
-        for name, plan in plans.items():
-            if plan.run is None:
-                judged(name, None)
-        run_pytest_forked(
-            python,
-            [p.run for p in plans.values() if p.run is not None],
-            tree_env(None, one_thread=jobs > 1),
-            max(1, jobs),
-            TIMEOUT_S,
-            judged,
-        )
+        env = tree_env(None, one_thread=jobs > 1)
+        with PytestServer(python, env, max(1, jobs), TIMEOUT_S) as server:
+            _run_trees(suite, units, trees, server, max(1, jobs), judged, all_tests)
     finally:
         if keep:
             print(f"trees kept under {scratch}")

@@ -43,12 +43,19 @@ def own_test_files(unit: Unit) -> list[str]:
     return sorted(rel for rel in found if is_test_file(rel))
 
 
-def source_files(unit: Unit) -> set[str]:
-    """The upstream source files (``src/``) a unit adds or its diff changes."""
+def touched_files(unit: Unit) -> set[str]:
+    """Every upstream path a unit adds, changes or deletes (both sides of a rename)."""
     found = {rel.as_posix() for rel in unit.new_files()}
     if unit.patch.is_file():
-        found |= set(patched_files(unit.patch.read_text()))
-    return {rel for rel in found if rel.startswith("src/")}
+        for line in unit.patch.read_text().splitlines():
+            if m := _DIFF.match(line):
+                found |= {m["a"], m["b"]}
+    return found
+
+
+def source_files(unit: Unit) -> set[str]:
+    """The upstream source files (``src/``) a unit adds or its diff changes."""
+    return {rel for rel in touched_files(unit) if rel.startswith("src/")}
 
 
 def tree_test_dir_files(tree: Path) -> list[str]:
