@@ -88,9 +88,9 @@ KERNEL_OF = {
 Config = tuple[int, int, int, int]
 
 # The diagonal kernel's BLOCK_M counts rows x TTT steps (next power of two) per
-# program. Candidates on Hopper: FlashAttention's and flex's shapes (flex's sm_90 backward is
-# FlexBwDConfig(64, 128, 128, 64, 3, 8): dK/dV 128 keys x 64 queries, dQ 128 queries
-# x 64 keys, 8 warps, 3 stages), and smaller ones for the 192/128 MLA heads.
+# program. Candidates on Hopper: FlashAttention's and flex's shapes (flex's sm_90
+# backward is FlexBwDConfig(64, 128, 128, 64, 3, 8): dK/dV 128 keys x 64 queries, dQ
+# 128 queries x 64 keys, 8 warps, 3 stages), and smaller ones for the MLA heads.
 GPU_CANDIDATES: dict[str, list[Config]] = {
     "dkv0": [
         (64, 128, 8, 3),
