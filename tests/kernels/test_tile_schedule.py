@@ -14,30 +14,36 @@ from __future__ import annotations
 
 import pytest
 import torch
-import triton
 import triton.language as tl
 from kernel_device import interpreter_only
 
 from speculators_kimi.kernels import tiles
+from speculators_kimi.kernels.jit import lazy_jit
+from speculators_kimi.kernels.tiles import EDGES, INTERIOR, tile_count, tile_start
 
 pytestmark = interpreter_only
 
 BLOCK = 16
 
 
+def _visit_kernel(out, lo, full_lo, full_hi, hi, BLOCK: tl.constexpr,
+                  STAGE: tl.constexpr):  # fmt: skip
+    bounds = (lo, full_lo, full_hi, hi)
+    for i in range(0, tile_count(bounds, BLOCK, STAGE)):
+        tl.store(out + i, tile_start(i, bounds, BLOCK, STAGE))
+
+
+# decorated at launch, as the kernels are: TRITON_INTERPRET is set by this
+# directory's conftest, possibly after triton was imported
+visit_kernel = lazy_jit(_visit_kernel)
+
+
 def _visit(bounds: tuple[int, int, int, int]) -> dict[str, list[int]]:
     """The tile starts each stage visits, from the jit helpers themselves."""
-
-    @triton.jit
-    def visit(out, lo, full_lo, full_hi, hi, BLOCK: tl.constexpr, STAGE: tl.constexpr):
-        bounds = (lo, full_lo, full_hi, hi)
-        for i in range(0, tiles.tile_count(bounds, BLOCK, STAGE)):
-            tl.store(out + i, tiles.tile_start(i, bounds, BLOCK, STAGE))
-
     starts = {}
-    for name, stage in (("edges", tiles.EDGES), ("interior", tiles.INTERIOR)):
+    for name, stage in (("edges", EDGES), ("interior", INTERIOR)):
         out = torch.full((64,), -1, dtype=torch.int32)
-        visit[(1,)](out, *bounds, BLOCK=BLOCK, STAGE=stage)
+        visit_kernel()[(1,)](out, *bounds, BLOCK=BLOCK, STAGE=stage)
         starts[name] = [int(x) for x in out if x >= 0]
     return starts
 
