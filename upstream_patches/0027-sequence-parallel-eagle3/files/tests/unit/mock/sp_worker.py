@@ -20,6 +20,7 @@ import copy
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -41,6 +42,11 @@ DOCS = [0] * 13 + [1] * 20 + [2] * 9 + [-1] * 6
 
 def tiny_draft(attn_impl: str) -> Eagle3DraftModel:
     torch.manual_seed(0)
+    # upstream's CLI default: sliding layers unless --full-attention-indices
+    sliding: dict[str, Any] = {
+        "layer_types": ["sliding_attention", "full_attention"],
+        "sliding_window": 5,
+    }
     layer_config = LlamaConfig(
         vocab_size=VOCAB,
         hidden_size=HIDDEN,
@@ -50,9 +56,7 @@ def tiny_draft(attn_impl: str) -> Eagle3DraftModel:
         num_key_value_heads=4,
         head_dim=8,
         max_position_embeddings=256,
-        # upstream's CLI default: sliding layers unless --full-attention-indices
-        layer_types=["sliding_attention", "full_attention"],
-        sliding_window=5,
+        **sliding,
     )
     layer_config._attn_implementation = attn_impl
     config = Eagle3SpeculatorConfig(

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -99,7 +100,7 @@ def test_sp_with_data_parallel_averages_groups(sp_runs):
 
 
 def _check(sp_size: int, **overrides):
-    args = {
+    args: dict[str, Any] = {
         "world_size": 4,
         "total_seq_len": 64,
         "ttt_steps": 3,

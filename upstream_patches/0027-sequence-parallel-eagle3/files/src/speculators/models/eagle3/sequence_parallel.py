@@ -367,16 +367,26 @@ def ulysses_attention(  # noqa: PLR0917 -- transformers' attention interface
     outputs = []
     for q_start in range(0, state.seq_len, QUERY_BLOCK):
         q_end = min(state.seq_len, q_start + QUERY_BLOCK)
-        block = partial(
-            _attend_block,
-            fn,
-            module,
-            state,
-            (q_start, q_end),
-            scaling=scaling,
-            dropout=dropout,
-            **kwargs,
-        )
+
+        def block(
+            query: torch.Tensor,
+            key: torch.Tensor,
+            value: torch.Tensor,
+            bounds: tuple[int, int] = (q_start, q_end),
+        ) -> torch.Tensor:
+            return _attend_block(
+                fn,
+                module,
+                state,
+                bounds,
+                query,
+                key,
+                value,
+                scaling=scaling,
+                dropout=dropout,
+                **kwargs,
+            )
+
         q_block = q[:, :, q_start:q_end]
         if torch.is_grad_enabled():
             # Recomputed in the backward: neither the block's mask nor its
@@ -396,7 +406,9 @@ AttentionInterface.register(ULYSSES_ATTN_IMPL, ulysses_attention)
 def _ulysses_layers(model: Eagle3DraftModel, state: _UlyssesState) -> Iterator[None]:
     """Route the draft layers' attention through :func:`ulysses_attention`."""
     global _STATE  # noqa: PLW0603
-    configs = {id(m.config): m.config for m in model.modules() if hasattr(m, "config")}
+    configs: dict[int, Any] = {
+        id(m.config): m.config for m in model.modules() if hasattr(m, "config")
+    }
     configs.pop(id(model.config), None)
     saved = {key: cfg._attn_implementation for key, cfg in configs.items()}  # noqa: SLF001
     _STATE = state
