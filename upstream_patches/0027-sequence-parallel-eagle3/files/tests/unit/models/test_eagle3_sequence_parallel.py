@@ -121,6 +121,7 @@ def _check(sp_size: int, **overrides):
         (4, {"total_seq_len": 4}, "fewer than --ttt-steps - 1"),
         (2, {"attn_impl": "simple_flex_attention"}, "--draft-attn-impl eager or"),
         (2, {"speculator_type": "dflash"}, "eagle3"),
+        (2, {"draft_arch": "deepseek_v3"}, "--draft-arch deepseek_v3"),
         (0, {}, "at least 1"),
     ],
 )
@@ -139,6 +140,7 @@ def test_check_sp_size_accepts():
     _check(4)
     # Heads and attention are checked once the draft is built.
     _check(2, num_attention_heads=None, num_key_value_heads=None, attn_impl=None)
+    _check(2, draft_arch="llama")
 
 
 def test_split_batch_chunks_and_halo():

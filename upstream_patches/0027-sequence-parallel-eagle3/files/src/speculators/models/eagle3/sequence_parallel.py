@@ -79,6 +79,7 @@ def check_sp_size(
     num_attention_heads: int | None = None,
     num_key_value_heads: int | None = None,
     attn_impl: str | None = None,
+    draft_arch: str | None = None,
 ) -> None:
     """Refuse an ``--sp-size`` this run cannot use, in one line with the fix.
 
@@ -137,6 +138,13 @@ def check_sp_size(
             (
                 f"runs with --draft-attn-impl {' or '.join(SP_INNER_ATTN_IMPLS)} "
                 f"(got '{attn_impl}'); pass one of them"
+            ),
+        ),
+        (
+            draft_arch != "deepseek_v3",
+            (
+                "does not train the MLA draft (--draft-arch deepseek_v3) yet; drop "
+                "--sp-size or use --draft-arch llama"
             ),
         ),
     ]
@@ -490,6 +498,9 @@ def _step_loss(
     return s_loss
 
 
+# On accelerators upstream compiles Eagle3DraftModel.forward; the SP step (its
+# collectives, the layers' rerouted attention) runs eagerly inside it.
+@torch.compiler.disable
 def sp_forward(  # noqa: C901
     model: Eagle3DraftModel,
     *,
