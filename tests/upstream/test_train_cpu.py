@@ -182,6 +182,33 @@ def test_torchrun_fsdp_shards_the_draft(tiny, tmp_path):
     check_run(out, tmp_path / "run")
 
 
+@pytest.mark.slow
+def test_torchrun_sequence_parallel_trains(tiny, tmp_path):
+    """``--sp-size 2`` (unit 0027): both gloo ranks train one sequence together
+    (one SP group, no data parallelism) and the checkpoint reloads."""
+    out, ranks = _torchrun_probed(
+        tiny, tmp_path, "--sp-size", "2", "--draft-attn-impl", "eager"
+    )
+    assert out.count("dp_size=1, sp_size=2") == 2, out[-3000:]
+    assert all(rank["model_class"] == "DistributedDataParallel" for rank in ranks)
+    check_run(out, tmp_path / "run")
+
+
+def test_sp_size_the_world_cannot_hold_is_one_line(tiny, tmp_path):
+    spec, verifier, data = tiny
+    argv = train_command(spec, verifier, data, tmp_path / "run", max_steps=STEPS)
+    argv += ["--sp-size", "2"]
+    proc = run([str(BIN / argv[0]), *argv[1:]], cwd=tmp_path, check=False)
+    assert proc.returncode == 1
+    out = proc.stdout + proc.stderr
+    errors = [line for line in out.splitlines() if "ConfigError" in line]
+    assert errors == [
+        "error: ConfigError: --sp-size 2 must divide the world size 1; launch a "
+        "multiple of 2 processes with torchrun or lower --sp-size."
+    ], out[-3000:]
+    assert not (tmp_path / "run" / "checkpoints" / "0").exists()
+
+
 def test_explicit_flex_attention_on_cpu_is_a_clear_error(tiny, tmp_path):
     spec, verifier, data = tiny
     argv = train_command(spec, verifier, data, tmp_path / "run", max_steps=STEPS)
