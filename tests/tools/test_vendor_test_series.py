@@ -285,3 +285,32 @@ def test_a_tree_runs_the_upstream_files_its_unit_reaches(fake_project):
     row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("  0002-bad"))
     assert "suite 1/2 (1 regressed)" in row, proc.stdout
     assert "0002: 2/2 upstream tests (--all-tests)" in proc.stdout
+
+
+def test_a_trees_shards_are_balanced_by_the_time_its_files_took(tmp_path):
+    """Shards split by the seconds each file took on an earlier tree, so a short
+    file of slow tests is not paired with a long file of fast ones."""
+    from vendorlib.pin import Unit
+    from vendorlib.stepwise import plan_tree
+
+    suite = tmp_path / "suite"
+    for name, size in {"slow": 10, "long": 4000, "mid": 3000, "new": 2000}.items():
+        write(suite / f"snapshot/tests/unit/test_{name}.py", "#" * size)
+    write(suite / "baseline.txt", "")
+    unit = Unit("0001-x", tmp_path / "unit")
+    files = [f"tests/unit/test_{n}.py" for n in ("slow", "long", "mid", "new")]
+
+    def shards(seconds: dict[str, float] | None) -> list[list[str]]:
+        tree = tmp_path / f"tree{len(seconds or ())}"  # its runs' folders beside it
+        (tree / "src").mkdir(parents=True)
+        plan = plan_tree(suite, unit, tree, "", [], files, 2, False, seconds)
+        return sorted(run.targets for run in plan.runs)
+
+    # By size alone the 10-byte file joins the long one's shard ...
+    assert ["tests/unit/test_long.py", "tests/unit/test_slow.py"] in shards(None)
+    # ... by time it takes a shard of its own; an untimed file is costed by size.
+    timed = {files[0]: 60.0, files[1]: 8.0, files[2]: 6.0}
+    assert shards(timed) == [
+        ["tests/unit/test_long.py", "tests/unit/test_mid.py", "tests/unit/test_new.py"],
+        ["tests/unit/test_slow.py"],
+    ]

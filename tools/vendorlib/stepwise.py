@@ -136,10 +136,13 @@ def plan_tree(
     upstream: list[str],
     shards: int,
     record: bool,
+    seconds: dict[str, float] | None = None,
 ) -> TreePlan:
     """pytest on the tree: upstream's test files ``upstream`` and the units' tests
-    ``files``, in at most ``shards`` runs of about equal size, each in its own
-    folder; ``record``: each records its test files' imports (`impact`)."""
+    ``files``, in at most ``shards`` runs of about equal time, each in its own
+    folder; ``record``: each records its test files' imports (`impact`).
+    ``seconds``: each file's time on an earlier tree (a file not timed yet is
+    costed by its size, at the timed files' seconds per byte)."""
     if suite is None:
         runs = [TreeRun(unit.name, tree, tree / "src", files)] if files else []
         return TreePlan(unit, tree, where, files, runs, None)
@@ -147,12 +150,18 @@ def plan_tree(
     held = {t for t in read_baseline(suite) if test_file(t, every) in {*upstream}}
     targets = [*upstream, *files]
 
-    def cost(t: str) -> int:
+    def size(t: str) -> int:
         path = suite / "snapshot" / t
         return (path if path.is_file() else tree / t).stat().st_size
 
+    timed = {t: s for t, s in (seconds or {}).items() if t in targets}
+    rate = sum(timed.values()) / max(1, sum(map(size, timed))) if timed else 1.0
+
+    def cost(t: str) -> float:
+        return timed[t] if t in timed else size(t) * rate
+
     groups: list[list[str]] = [[] for _ in range(min(shards, len(targets)))]
-    load = [0] * len(groups)
+    load = [0.0] * len(groups)
     for t in sorted(targets, key=cost, reverse=True):
         i = load.index(min(load))
         groups[i].append(t)
@@ -313,6 +322,7 @@ def _run_trees(
     total = len(read_baseline(suite)) if suite is not None else 0
     index = {u.name: i for i, u in enumerate(units)}
     deps: dict[str, list[str]] | None = None
+    seconds: dict[str, float] = {}  # per test file, on the last tree it ran
     since = 0
     for unit, tree, where in trees:
         i = index[unit.name]
@@ -325,7 +335,9 @@ def _run_trees(
             picked, why = affected(deps, every, touched)
         files = relevant_test_files(units, i, tree)
         record = suite is not None and not all_tests
-        plan = plan_tree(suite, unit, tree, where, files, picked, shards, record)
+        plan = plan_tree(
+            suite, unit, tree, where, files, picked, shards, record, seconds
+        )
         if suite is not None:
             held = len(plan.baseline or ())
             print(f"{unit.name.split('-')[0]}: {held}/{total} upstream tests ({why})")
@@ -336,6 +348,11 @@ def _run_trees(
 
         server.run(plan.runs, heard)
         judged(plan, merged(got) if got else None)
+        ran: dict[str, float] = {}
+        for report in got:
+            for o in report.outcomes:
+                ran[o.file] = ran.get(o.file, 0.0) + o.seconds
+        seconds.update(ran)
         if record:
             deps = dict(deps or {})
             for run in plan.runs:
