@@ -283,7 +283,7 @@ def _add_test_commands(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="split each tree's tests into N runs side by side",
+        help="test N trees side by side",
     )
     t.add_argument(
         "--skip-installed",

@@ -310,56 +310,67 @@ def _run_trees(
     units: list[Unit],
     trees: list[tuple[Unit, Path, str]],
     server: PytestServer,
-    shards: int,
+    jobs: int,
     judged: Callable[[TreePlan, PytestReport | None], None],
     all_tests: bool,
 ) -> None:
-    """Tree by tree, each in ``shards`` runs side by side. Of upstream's test
-    files, the first tree runs all; each later one those whose imports, recorded
-    on the tree before it, meet a file its units (since that tree) touch (all
-    with ``all_tests``)."""
+    """``jobs`` trees at a time, each in one run (a tree alone: in ``jobs`` runs
+    side by side, split by time). Of upstream's test files, the first trees run
+    all; each later one those whose imports, recorded on the last tree they ran
+    on, meet a file its units since the trees already done touch (all with
+    ``all_tests``): a file's imports change only where a unit touches one of
+    them, so a later record can only add what the units since meet already."""
     every = upstream_files(suite) if suite is not None else []
     total = len(read_baseline(suite)) if suite is not None else 0
     index = {u.name: i for i, u in enumerate(units)}
+    record = suite is not None and not all_tests
     deps: dict[str, list[str]] | None = None
     seconds: dict[str, float] = {}  # per test file, on the last tree it ran
     since = 0
-    for unit, tree, where in trees:
-        i = index[unit.name]
-        touched = set().union(*(touched_files(u) for u in units[since : i + 1]))
-        since = i + 1
-        picked, why = every, "--all-tests"
-        if deps is None and not all_tests:
-            why = "the first tree: no imports recorded yet"
-        elif deps is not None:
-            picked, why = affected(deps, every, touched)
-        files = relevant_test_files(units, i, tree)
-        record = suite is not None and not all_tests
-        plan = plan_tree(
-            suite, unit, tree, where, files, picked, shards, record, seconds
-        )
-        if suite is not None:
-            held = len(plan.baseline or ())
-            print(f"{unit.name.split('-')[0]}: {held}/{total} upstream tests ({why})")
-        got: list[PytestReport] = []
+    for first in range(0, len(trees), jobs):
+        batch = trees[first : first + jobs]
+        shards = max(1, jobs // len(batch))
+        plans = []
+        for unit, tree, where in batch:
+            i = index[unit.name]
+            picked, why = every, "--all-tests"
+            if deps is None and not all_tests:
+                why = "no imports recorded yet"
+            elif deps is not None:
+                touched = set().union(*(touched_files(u) for u in units[since : i + 1]))
+                picked, why = affected(deps, every, touched)
+            files = relevant_test_files(units, i, tree)
+            plans.append(
+                plan_tree(
+                    suite, unit, tree, where, files, picked, shards, record, seconds
+                )
+            )
+            if suite is not None:
+                held = len(plans[-1].baseline or ())
+                print(
+                    f"{unit.name.split('-')[0]}: {held}/{total} upstream tests ({why})"
+                )
+        since = index[batch[-1][0].name] + 1
+        got: dict[str, list[PytestReport]] = {p.unit.name: [] for p in plans}
 
-        def heard(_key: str, report: PytestReport, got: list = got) -> None:
-            got.append(report)
+        def heard(key: str, report: PytestReport, got: dict = got) -> None:
+            got[key.rsplit("/", 1)[0]].append(report)
 
-        server.run(plan.runs, heard)
-        judged(plan, merged(got) if got else None)
-        ran: dict[str, float] = {}
-        for report in got:
-            for o in report.outcomes:
+        server.run([run for plan in plans for run in plan.runs], heard)
+        for plan in plans:  # in the series' order: a later record wins
+            reports = got[plan.unit.name]
+            judged(plan, merged(reports) if reports else None)
+            ran: dict[str, float] = {}
+            for o in (o for report in reports for o in report.outcomes):
                 ran[o.file] = ran.get(o.file, 0.0) + o.seconds
-        seconds.update(ran)
-        if record:
-            deps = dict(deps or {})
-            for run in plan.runs:
-                assert run.record is not None
-                rec = run.record
-                seen = json.loads(rec.read_text()) if rec.is_file() else {}
-                deps.update({f: seen.get(f, [EVERYTHING]) for f in run.targets})
+            seconds.update(ran)
+            if record:
+                deps = dict(deps or {})
+                for run in plan.runs:
+                    assert run.record is not None
+                    rec = run.record
+                    seen = json.loads(rec.read_text()) if rec.is_file() else {}
+                    deps.update({f: seen.get(f, [EVERYTHING]) for f in run.targets})
 
 
 def run_series(
