@@ -31,8 +31,10 @@ KIMI_REQUIREMENTS = ["tiktoken>=0.7"]
 # them against this install, see .ci/run); build and twine: the release checks.
 TEST_REQUIREMENTS = [
     "pytest>=8",
-    # -n auto (pyproject.toml): every core; tests/conftest.py schedules the files.
+    # -n auto --dist loadfile (pyproject.toml): every core, a file per worker.
     "pytest-xdist>=3.6",
+    # The session's trained demos, built once across xdist workers (tests/conftest.py).
+    "filelock>=3.9",
     "ruff>=0.15",
     "mypy>=1.10",
     "tomli-w>=1.0",

@@ -71,11 +71,11 @@ fi
 echo "set-up done at $((SECONDS - started))s"
 
 # 80 s: the CUDA correctness tests on 8 workers (each compiles its own configs).
-# --confcutdir keeps tests/conftest.py out: its scheduler sends a whole file to one
-# worker (so the 2026-12-04 run was serial); -v names each test as it ends, so a
-# cut run still says which passed
+# --dist load spreads the one file's tests: pyproject's --dist loadfile sends a whole
+# file to one worker (so the 2026-12-04 run was serial); -v names each test as it
+# ends, so a cut run still says which passed
 step kernel-tests-cuda 80 env SPECULATORS_KIMI_KERNEL_DEVICE=cuda OMP_NUM_THREADS=2 \
-    python3 -m pytest -v -n 8 --confcutdir tests/kernels -p no:cacheprovider \
+    python3 -m pytest -v -n 8 --dist load --confcutdir tests/kernels -p no:cacheprovider \
     tests/kernels/test_draft_attention.py --junitxml "$OUT/kernel-tests-cuda.xml"
 # 100 s: every config compiled in parallel first (at most 40 s), then each kernel
 # timed alone (32x8 and 64x64 of 128, 64x64 of 192/128; 1 and 16 documents; steps

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from . import PATCHES, UPSTREAM_NAME, UPSTREAM_VERSION, __version__
 from .errors import CommandError
+from .pipes import quiet_when_reader_closes
 
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -93,6 +94,14 @@ class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
     def stream(self, _value) -> None:  # type: ignore[no-untyped-def]
         pass
 
+    def handleError(self, record: logging.LogRecord) -> None:
+        """A closed reader ends the command (:mod:`.pipes`), as a failed print
+        does, instead of a "Logging error" traceback on every later record."""
+        error = sys.exc_info()[1]
+        if isinstance(error, BrokenPipeError):
+            raise error
+        super().handleError(record)
+
 
 class _ShortName(logging.Filter):
     """``[demo]`` for ``speculators_kimi.demo``: the module, not the package."""
@@ -120,6 +129,7 @@ def configure_logging() -> None:
     package.propagate = False
 
 
+@quiet_when_reader_closes
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if a in COMMANDS), None)

@@ -19,6 +19,8 @@ import sys
 import types
 from collections.abc import Callable
 
+from .pipes import quiet_when_reader_closes
+
 #: Upstream's console script for `speculators` (its release's entry point);
 #: tests/package/test_package.py checks it against the pinned release's metadata.
 UPSTREAM_ENTRY = "speculators.__main__:app"
@@ -53,8 +55,10 @@ def _entry_without_package_init() -> Callable[[], None] | None:
         return None
 
 
+@quiet_when_reader_closes
 def main() -> None:
-    """Run `speculators` as upstream's console script does."""
+    """Run `speculators` as upstream's console script does (and end quietly when
+    the reader of its output closes, :mod:`.pipes`)."""
     if sys.argv[1:] in FAST_ARGV and "speculators" not in sys.modules:
         fast = _entry_without_package_init()
         if fast is not None:

@@ -1,8 +1,11 @@
+import json
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
+from filelock import FileLock
 from helpers import ROOT, clean_copy, demo_command, json_report, pinned_sdist, run
 
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
@@ -16,30 +19,12 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 #: Fixtures that take well over 20 s to build: a test that uses one is ``slow``
 #: (the fast loop, ``pytest -m "not slow"``, leaves it to CI).
 HEAVY_FIXTURES = {"trained_demo", "trained_mla_demo", "release"}
-#: Session fixtures several files share, and the files that use them: under
-#: ``pytest -n`` (pytest-xdist, as the project's pytest settings run it) those files
-#: run on one worker, so each demo is trained once per run.
-SHARED_DEMOS = {"trained_demo", "trained_mla_demo"}
-DEMO_FILES = {
-    "tests/kernels/test_backend_triton.py",
-    "tests/demo/test_demo.py",
-    "tests/tools/test_dropin.py",
-    "tests/evaluate/test_evaluate.py",
-    "tests/export/test_export.py",
-}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        names = set(getattr(item, "fixturenames", ()))
-        if HEAVY_FIXTURES & names:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        where = item.nodeid.split("::", 1)[0]
-        if SHARED_DEMOS & names and where not in DEMO_FILES:
-            raise pytest.UsageError(
-                f"{where} uses {sorted(SHARED_DEMOS & names)}: add it to DEMO_FILES "
-                "in tests/conftest.py (its tests then share the demos' worker)"
-            )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -49,19 +34,27 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Whole files per worker (their module fixtures built once), the files in
-    ``DEMO_FILES`` all on one (pytest-xdist's own ``xdist_group`` does not work
-    with pytest 9.2, whose items ignore the node id xdist rewrites)."""
-    from xdist.scheduler import LoadFileScheduling
-
-    class DemoFilesTogether(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            where = nodeid.split("::", 1)[0]
-            return "demo files" if where in DEMO_FILES else where
-
-    return DemoFilesTogether(config, log)
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory,
+    worker_id: str,
+    name: str,
+    build: Callable[[Path], dict],
+) -> dict:
+    """``build(out)``'s report, built once per test run whatever the number of
+    pytest-xdist workers, as its docs show ("Making session-scoped fixtures execute
+    only once"): the first worker to take the lock builds into the run's shared
+    temporary directory and writes the report; the others wait, then read it."""
+    if worker_id == "master":  # not under xdist: this session is the run
+        return json.loads(json.dumps(build(tmp_path_factory.mktemp(name))))
+    shared = tmp_path_factory.getbasetemp().parent
+    report = shared / f"{name}.json"
+    with FileLock(f"{report}.lock"):
+        if not report.is_file():
+            out = shared / name
+            shutil.rmtree(out, ignore_errors=True)  # a worker's failed attempt
+            out.mkdir()
+            report.write_text(json.dumps(build(out)))
+        return json.loads(report.read_text())
 
 
 @pytest.fixture(scope="session")
@@ -81,37 +74,43 @@ def project_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def trained_demo(tmp_path_factory) -> dict:
-    """The demo CLI run once per session (80 conversations, 3 epochs): its report
+def trained_demo(tmp_path_factory, worker_id) -> dict:
+    """The demo CLI run once per test run (80 conversations, 3 epochs): its report
     (with the acceptance of the trained and untrained drafts) and, under
     ``"stdout"``, what it printed. Tests that rerun it work on a copy of ``out``."""
-    out = tmp_path_factory.mktemp("trained-demo") / "demo"
-    stdout = run(demo_command(out), timeout=1200).stdout
-    return {**json_report(stdout), "stdout": stdout}
+
+    def build(out: Path) -> dict:
+        stdout = run(demo_command(out / "demo"), timeout=1200).stdout
+        return {**json_report(stdout), "stdout": stdout}
+
+    return once_per_run(tmp_path_factory, worker_id, "trained-demo", build)
 
 
 @pytest.fixture(scope="session")
-def trained_mla_demo(tmp_path_factory) -> dict:
+def trained_mla_demo(tmp_path_factory, worker_id) -> dict:
     """A small demo with an MLA draft (`--draft-arch deepseek_v3`: DeepSeek-V3
     latent attention layers; 40 conversations, 4 steps), trained by `speculators
     train --draft-attn-impl triton` (our kernels, in the Triton interpreter), and
     a DSpark draft beside it on the same data (`--block-drafter dspark`): its
-    report."""
-    from speculators_kimi.demo import DemoSettings, run_demo
+    report, once per test run."""
 
-    out = tmp_path_factory.mktemp("trained-mla-demo")
-    settings = DemoSettings(
-        out=out,
-        num_samples=40,
-        epochs=1,
-        max_steps=4,
-        draft_arch="deepseek_v3",
-        extra_train_args=["--draft-attn-impl", "triton"],
-        block_drafter="dspark",
-    )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRITON_INTERPRET", "1")
-        return run_demo(settings)
+    def build(out: Path) -> dict:
+        from speculators_kimi.demo import DemoSettings, run_demo
+
+        settings = DemoSettings(
+            out=out,
+            num_samples=40,
+            epochs=1,
+            max_steps=4,
+            draft_arch="deepseek_v3",
+            extra_train_args=["--draft-attn-impl", "triton"],
+            block_drafter="dspark",
+        )
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("TRITON_INTERPRET", "1")
+            return run_demo(settings)
+
+    return once_per_run(tmp_path_factory, worker_id, "trained-mla-demo", build)
 
 
 @pytest.fixture

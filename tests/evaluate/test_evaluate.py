@@ -383,7 +383,7 @@ def test_a_bf16_draft_keeps_exact_rotary_tables(tiny_draft_checkpoint, tmp_path)
     old_cos, _ = rounded.rotary_emb(x, positions)
     assert not torch.equal(old_cos[0, -1], cos[0, -1])
 
-    # dtype None: as stored (what tools/vllm_check.py loads before upcasting).
+    # dtype None: as stored (what vllm_check/draft.py loads before upcasting).
     half.save_pretrained(tmp_path / "bf16")
     kept = load_draft(tmp_path / "bf16", None)
     assert next(kept.fc.parameters()).dtype == torch.bfloat16
