@@ -19,6 +19,10 @@ VENDOR_IDENTITY = {
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
 
+#: For the commands whose output is the units' bytes (am, format-patch): no user or
+#: system configuration (prefixes, context, signatures, Message-Id, whitespace fixes).
+NO_USER_CONFIG = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
 
 def git_env(tree: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment for git in ``tree``, plus ``env``: no enclosing

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from .errors import VendorError
-from .git import VENDOR_IDENTITY, git
+from .git import NO_USER_CONFIG, VENDOR_IDENTITY, git
 from .pin import Unit, load_pin, load_series, patches_dir
 
 BASE_SUBJECT_PREFIX = "upstream: "
@@ -56,8 +56,9 @@ def materialize_git(root: Path, tree: Path, units: list[Unit] | None = None) -> 
             "-q",
             "--keep",
             "--keep-cr",
+            "--whitespace=nowarn",
             str(unit.path.resolve()),
-            env=VENDOR_IDENTITY,
+            env=VENDOR_IDENTITY | NO_USER_CONFIG,
             check=False,
         )
         if am.returncode != 0:
@@ -97,7 +98,7 @@ def unit_commits(tree: Path) -> list[tuple[str, str]]:
 
 def format_patch(tree: Path, sha: str, name: str) -> str:
     """One commit as its unit file; a missing PR text gets the template."""
-    text = git(tree, *FORMAT_PATCH, "-1", sha).stdout
+    text = git(tree, *FORMAT_PATCH, "-1", sha, env=NO_USER_CONFIG).stdout
     head, _, rest = text.partition("\n\n")
     fixed = {
         "From": f"{VENDOR_IDENTITY['GIT_AUTHOR_NAME']} "
