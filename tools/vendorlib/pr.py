@@ -58,10 +58,6 @@ def _git(tree: Path, ident: tuple[str, str], *args: str, check: bool = True) -> 
     return git(tree, *args, env=env, check=check).stdout
 
 
-def touched(unit: Unit) -> set[str]:
-    return set(unit.files())
-
-
 def dependency_chain(units: list[Unit], target: Unit, pristine: Path) -> list[Unit]:
     """``target`` preceded by the earlier units it needs (series order)."""
     idx = units.index(target)
@@ -71,9 +67,9 @@ def dependency_chain(units: list[Unit], target: Unit, pristine: Path) -> list[Un
     grown = True
     while grown:
         grown = False
-        files = set().union(*(touched(u) for u in need))
+        files = set().union(*(u.files() for u in need))
         for u in units[:idx]:
-            if u not in need and touched(u) & files:
+            if u not in need and u.files().keys() & files:
                 need.add(u)
                 grown = True
     chain = [u for u in units[: idx + 1] if u in need]

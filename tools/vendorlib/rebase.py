@@ -204,10 +204,9 @@ def results(root: Path, work: Path, stage: Path) -> list[UnitResult]:
     out = []
     for m in filter(None, map(_RANGE.match, diff.stdout.splitlines())):
         status = {"<": UPSTREAM, "!": MERGED}.get(m["kind"], APPLIED)
-        before = (patches_dir(root) / f"{m['name']}.patch").read_bytes()
-        after = stage / f"{m['name']}.patch"
-        if status == APPLIED and after.read_bytes() != before:
-            status = OFFSETS
+        before, after = (d / f"{m['name']}.patch" for d in (patches_dir(root), stage))
+        if status == APPLIED and before.is_file() and after.is_file():
+            status = OFFSETS if before.read_bytes() != after.read_bytes() else status
         out.append(UnitResult(m["name"], status))
         print(f"  {m['name']}: {status}")
     print("  git range-diff (pinned units .. rebased units):")
