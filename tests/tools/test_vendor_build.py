@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from helpers import run, snapshot, vendor
-from vendorlib.pin import load_series
+from vendorlib.pin import Hunk, Unit, load_series
 from vendorlib.pytest_run import run_pytest, tree_env
 from vendorlib.unit_files import own_test_files, tree_test_files
 
@@ -33,10 +33,13 @@ def pip_install_target(project: Path, target: Path, sdist: Path) -> str:
     return proc.stdout + proc.stderr
 
 
-def first_unit_with_patch(project: Path):
-    units = [u for u in load_series(project) if u.patch.is_file()]
-    assert units, "the series has no unit with a changes.patch"
-    return units[0]
+def first_changed_hunk(project: Path) -> tuple[Unit, Hunk]:
+    """The first unit that changes an upstream file, and its first such hunk."""
+    for unit in load_series(project):
+        changed = [h for h in unit.hunks() if unit.files()[h.file] == "M"]
+        if changed:
+            return unit, changed[0]
+    raise AssertionError("no unit changes an upstream file")
 
 
 def test_hash_mismatch_stops_the_build(project_copy, tmp_path, upstream_sdist):
@@ -51,42 +54,42 @@ def test_hash_mismatch_stops_the_build(project_copy, tmp_path, upstream_sdist):
 def test_unit_that_does_not_apply_names_unit_file_and_hunk(
     project_copy, tmp_path, upstream_sdist
 ):
-    unit = first_unit_with_patch(project_copy)
-    lines = unit.patch.read_text().splitlines(keepends=True)
-    # Break the first context line of the first hunk.
-    first_hunk = next(i for i, line in enumerate(lines) if line.startswith("@@"))
-    ctx = next(i for i in range(first_hunk + 1, len(lines)) if lines[i].startswith(" "))
+    unit, hunk = first_changed_hunk(project_copy)
+    lines = unit.text().splitlines(keepends=True)
+    # Break the first context line of that hunk.
+    at = lines.index(hunk.header + "\n")
+    ctx = next(i for i in range(at + 1, len(lines)) if lines[i].startswith(" "))
     lines[ctx] = " # this line is not in upstream\n"
-    unit.patch.write_text("".join(lines))
-    file = next(
-        line.split(" b/")[1].strip() for line in lines if line.startswith("diff --git")
-    )
+    unit.path.write_text("".join(lines))
     out = pip_install_target(project_copy, tmp_path / "target", upstream_sdist)
     assert f"unit {unit.name}" in out
-    assert f"file {file}, hunk 1 of" in out
-    assert "@@ -" in out
+    assert f"file {hunk.file}, hunk {hunk.index} of" in out
+    assert hunk.header in out
 
 
-def test_files_overwriting_upstream_stop_the_build(
+def test_a_new_file_overwriting_upstream_stops_the_build(
     project_copy, tmp_path, upstream_sdist
 ):
     unit = load_series(project_copy)[0]
-    dest = unit.files_dir / "src" / "speculators" / "config.py"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text("# replaces upstream's config.py\n")
+    with unit.path.open("a") as f:
+        f.write(
+            "diff --git a/src/speculators/config.py b/src/speculators/config.py\n"
+            "new file mode 100644\n--- /dev/null\n+++ b/src/speculators/config.py\n"
+            "@@ -0,0 +1 @@\n+# replaces upstream's config.py\n"
+        )
     out = pip_install_target(project_copy, tmp_path / "target", upstream_sdist)
-    assert f"unit {unit.name}: files/src/speculators/config.py would overwrite" in out
-    assert "changes.patch" in out  # names the fix
+    assert f"unit {unit.name}" in out
+    assert "file src/speculators/config.py: the unit adds it, but the upstream" in out
 
 
 def test_check_proves_the_series(project_copy, upstream_sdist):
     proc = vendor(project_copy, "check", "--sdist", str(upstream_sdist))
     for unit in load_series(project_copy):
         assert f"{unit.name}: applies" in proc.stdout
-    assert "byte for byte" in proc.stdout
+    assert "git am of the series (materialize --git)" in proc.stdout
 
 
-def test_materialize_git_then_export_is_byte_for_byte(
+def test_materialize_export_and_add_a_unit_through_git(
     project_copy, tmp_path, upstream_sdist
 ):
     before = snapshot(project_copy / "upstream_patches")
@@ -96,14 +99,8 @@ def test_materialize_git_then_export_is_byte_for_byte(
     log = run(["git", "log", "--format=%s", "--reverse"], cwd=work).stdout.split("\n")
     assert log[0] == "upstream: speculators 0.9.0"
     assert log[1:-1] == [u.name for u in load_series(project_copy)]
-    vendor(project_copy, "export", str(work))
+    vendor(project_copy, "export", str(work))  # unchanged: the same bytes
     assert snapshot(project_copy / "upstream_patches") == before
-
-
-def test_edit_a_unit_and_add_one_through_git(project_copy, tmp_path, upstream_sdist):
-    work = tmp_path / "work"
-    sdist = ["--sdist", str(upstream_sdist)]
-    vendor(project_copy, "materialize", "--git", str(work), *sdist)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     # A new unit on top: one new file and one change to an upstream file.
     (work / "src/speculators/utils/extra_helper.py").write_text('"""New."""\n')
@@ -112,16 +109,16 @@ def test_edit_a_unit_and_add_one_through_git(project_copy, tmp_path, upstream_sd
     run([*git, "add", "-A"], cwd=work)
     run([*git, "commit", "-qm", "0099-example"], cwd=work)
     vendor(project_copy, "export", str(work))
-    unit = project_copy / "upstream_patches" / "0099-example"
-    assert (unit / "files/src/speculators/utils/extra_helper.py").read_text() == (
-        '"""New."""\n'
-    )
-    patch = (unit / "changes.patch").read_text()
-    assert "+# touched by 0099" in patch
-    assert "src/speculators/__main__.py" in patch
-    assert (unit / "PR.md").is_file()
-    series = (project_copy / "upstream_patches/series").read_text().split()
-    assert series[-1] == "0099-example"
+    unit = load_series(project_copy)[-1]
+    assert unit.name == "0099-example"
+    assert unit.files() == {
+        "src/speculators/__main__.py": "M",
+        "src/speculators/utils/extra_helper.py": "A",
+    }
+    patch = unit.text()
+    assert '+"""New."""' in patch and "+# touched by 0099" in patch
+    assert "From: speculators-kimi vendor" in patch  # not the committer's name
+    assert unit.message().startswith("# 0099-example\n\n## Problem")  # to fill in
     # The exported unit materializes to the same tree.
     tree = tmp_path / "tree"
     vendor(project_copy, "materialize", str(tree), "--sdist", str(upstream_sdist))

@@ -94,17 +94,18 @@ def test_pr_includes_the_units_it_depends_on(project_copy, tmp_path, upstream_sd
     base = next((u for u in reversed(units) if u.new_files()), None)
     if base is None:
         pytest.skip("no unit adds a file to build on")
-    rel = base.new_files()[0].as_posix()
+    rel = base.new_files()[0]
     work = tmp_path / "work"
     vendor(
         project_copy, "materialize", "--git", str(work), "--sdist", str(upstream_sdist)
     )
     (work / rel).write_text((work / rel).read_text() + "# extended by 0999\n")
-    run(["git", "commit", "-qam", "0999-builds-on-earlier"], cwd=work, env=IDENT)
+    pr_text = "# Extend the earlier change\n\n## Problem\n\nx\n\n## Change\n\ny"
+    commit = ["git", "commit", "-qa", "-m", "0999-builds-on-earlier", "-m", pr_text]
+    run(commit, cwd=work, env=IDENT)  # the work tree keeps `#` lines (cleanup)
     vendor(project_copy, "export", str(work))
-    (project_copy / "upstream_patches/0999-builds-on-earlier/PR.md").write_text(
-        "# Extend the earlier change\n\n## Problem\n\nx\n\n## Change\n\ny\n"
-    )
+    (unit,) = [u for u in load_series(project_copy) if u.name.startswith("0999")]
+    assert unit.message() == pr_text + "\n"
     out = tmp_path / "bundle"
     proc = vendor(
         project_copy,

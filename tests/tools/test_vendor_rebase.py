@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import extract_tar, snapshot, vendor
-from vendorlib.pin import Unit, load_series
-from vendorlib.units import apply_unit, parse_hunks
+from helpers import extract_tar, run, snapshot, vendor
+from vendorlib.pin import Hunk, Unit, load_series
+from vendorlib.units import apply_unit
 
 NEW = "0.9.1"
 
@@ -68,19 +68,17 @@ def status_of(out: str, unit: str) -> str:
     return m[1]
 
 
-def unit_with_patch(project: Path) -> Unit:
-    units = [u for u in load_series(project) if u.patch.is_file()]
-    if not units:
-        pytest.skip("the series has no unit with a changes.patch")
-    return units[0]
+def first_changed_hunk(project: Path) -> tuple[Unit, Hunk]:
+    """The first unit that changes an upstream file, and its first such hunk."""
+    for unit in load_series(project):
+        changed = [h for h in unit.hunks() if unit.files()[h.file] == "M"]
+        if changed:
+            return unit, changed[0]
+    raise AssertionError("no unit changes an upstream file")
 
 
 def untouched_file(project: Path, tree_names: list[str]) -> str:
-    touched = set()
-    for u in load_series(project):
-        touched |= {p.as_posix() for p in u.new_files()}
-        if u.patch.is_file():
-            touched |= {h.file for h in parse_hunks(u.patch.read_text())}
+    touched = {f for u in load_series(project) for f in u.files()}
     return next(n for n in tree_names if n not in touched)
 
 
@@ -127,8 +125,7 @@ def test_unrelated_change_applies_and_moves_the_pin(
 def test_shifted_context_is_applied_with_offsets(
     project_copy, tmp_path, upstream_sdist
 ):
-    unit = unit_with_patch(project_copy)
-    first_hunk = parse_hunks(unit.patch.read_text())[0]
+    unit, first_hunk = first_changed_hunk(project_copy)
     file = first_hunk.file
 
     def edit(tree: Path) -> None:
@@ -139,13 +136,12 @@ def test_shifted_context_is_applied_with_offsets(
     proc = rebase(project_copy, sdist, sha, tmp_path / "work", "--no-tests")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert status_of(proc.stdout, unit.name) == "applied with offsets/fuzz"
-    assert "(offset 3 lines)" in proc.stdout
+    assert "git range-diff" in proc.stdout
     assert "not run (--no-tests)" in (project_copy / "CHANGELOG.md").read_text()
     # The refreshed patch has the new line numbers: it applies without offsets.
-    patch = (
-        project_copy / "upstream_patches" / unit.name / "changes.patch"
-    ).read_text()
-    assert parse_hunks(patch)[0].old_start == first_hunk.old_start + 3
+    (moved,) = [u for u in load_series(project_copy) if u.name == unit.name]
+    hunk = next(h for h in moved.hunks() if h.file == file)
+    assert hunk.old_start == first_hunk.old_start + 3
 
 
 def test_change_already_upstream_is_dropped(project_copy, tmp_path, upstream_sdist):
@@ -160,19 +156,19 @@ def test_change_already_upstream_is_dropped(project_copy, tmp_path, upstream_sdi
     assert status_of(proc.stdout, first.name) == "already upstream"
     series = (project_copy / "upstream_patches/series").read_text().split()
     assert first.name not in series
-    assert not (project_copy / "upstream_patches" / first.name).exists()
+    assert not (project_copy / "upstream_patches" / f"{first.name}.patch").exists()
     assert (
         "already upstream (dropped from the series)"
         in (project_copy / "CHANGELOG.md").read_text()
     )
 
 
-def test_conflict_stops_and_changes_nothing(project_copy, tmp_path, upstream_sdist):
-    unit = unit_with_patch(project_copy)
-    text = unit.patch.read_text()
-    hunk = parse_hunks(text)[0]
+def test_conflict_stops_then_the_same_command_finishes(
+    project_copy, tmp_path, upstream_sdist
+):
+    unit, hunk = first_changed_hunk(project_copy)
     body = []
-    for line in text.split(hunk.header + "\n", 1)[1].splitlines():
+    for line in unit.text().split(hunk.header + "\n", 1)[1].splitlines():
         if line.startswith(("@@", "diff --git")):
             break
         body.append(line)
@@ -194,15 +190,25 @@ def test_conflict_stops_and_changes_nothing(project_copy, tmp_path, upstream_sdi
     before = snapshot(project_copy / "upstream_patches")
     changelog = (project_copy / "CHANGELOG.md").read_bytes()
     work = tmp_path / "work"
-    proc = rebase(project_copy, sdist, sha, work)
+    proc = rebase(project_copy, sdist, sha, work, "--no-tests")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert status_of(proc.stdout, unit.name) == "conflict"
-    assert f"file {hunk.file}: both modified" in proc.stdout
-    assert "unit hunk 1 of" in proc.stdout and hunk.header in proc.stdout
-    assert "conflict markers at lines" in proc.stdout
+    assert f"Merge conflict in {hunk.file}" in proc.stdout  # git's own words
+    assert "rebase --continue`, then run this command again" in proc.stdout
     assert snapshot(project_copy / "upstream_patches") == before
     assert (project_copy / "CHANGELOG.md").read_bytes() == changelog
     assert "<<<<<<<" in (work / hunk.file).read_text()
+    # Resolved as the unit had it, the rebase continues; the same command ends it.
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    run([*git, "checkout", "--theirs", hunk.file], cwd=work)
+    run([*git, "add", hunk.file], cwd=work)
+    run([*git, "rebase", "--continue"], cwd=work, env={"GIT_EDITOR": "true"})
+    proc = rebase(project_copy, sdist, sha, work, "--no-tests")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert status_of(proc.stdout, unit.name) == "applied, merged (see range-diff)"
+    assert load_series(project_copy)  # the series is whole, the pin moved
+    pin = tomllib.loads((project_copy / "upstream_patches/UPSTREAM.toml").read_text())
+    assert pin["upstream"]["version"] == NEW
 
 
 def test_release_adding_the_units_new_file_is_a_conflict(
@@ -211,7 +217,7 @@ def test_release_adding_the_units_new_file_is_a_conflict(
     unit = next((u for u in load_series(project_copy) if u.new_files()), None)
     if unit is None:
         pytest.skip("no unit adds a file")
-    rel = unit.new_files()[0].as_posix()
+    rel = unit.new_files()[0]
 
     def edit(tree: Path) -> None:
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -223,7 +229,7 @@ def test_release_adding_the_units_new_file_is_a_conflict(
     proc = rebase(project_copy, sdist, sha, work, "--no-tests")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert status_of(proc.stdout, unit.name) == "conflict"
-    assert f"file {rel}: added by the unit and by the new release" in proc.stdout
+    assert f"CONFLICT (add/add): Merge conflict in {rel}" in proc.stdout
     content = (work / rel).read_text()
     assert "<<<<<<<" in content and "Upstream's own version" in content
     assert snapshot(project_copy / "upstream_patches") == before

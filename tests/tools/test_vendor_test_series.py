@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, run
 from vendorlib.pin import load_series
-from vendorlib.unit_files import own_test_files, patched_files
+from vendorlib.unit_files import own_test_files
 
 IDENT = {
     "GIT_AUTHOR_NAME": "t",
@@ -67,39 +67,35 @@ def fake_project(tmp_path: Path) -> tuple[Path, Path, Path]:
         f'sdist = "{sdist.name}"\nsha256 = "{sha}"\n',
     )
     write(patches / "series", "0001-good\n0002-bad\n")
-    good = patches / "0001-good"
-    write(good / "PR.md", "# Good\n")
-    write(good / "files/src/speculators/extra.py", "TWICE = 2\n")
-    write(good / "files/tests/unit/mock/helpers.py", "def two():\n    return 2\n")
-    write(
-        good / "files/tests/unit/test_extra.py",
-        "from speculators.extra import TWICE\nfrom tests.unit.mock import helpers\n\n\n"
-        "def test_twice():\n    assert helpers.two() == TWICE\n",
-    )
-    write(
-        good / "files/tests/unit/test_old.py",
-        "def test_old():\n    assert True\n",
-    )
-    # 0002 as a real diff: it changes an upstream file and 0001's test, deletes
-    # 0001's other test and adds a failing one.
+    # Each unit as the git diff of its change: 0001 adds files, 0002 changes an
+    # upstream file and 0001's test, deletes 0001's other test, adds a failing one.
     work = tmp_path / "work"
     shutil.copytree(top, work)
-    shutil.copytree(good / "files", work, dirs_exist_ok=True)
     git(work, "init", "-q")
     git(work, "add", "-A")
     git(work, "commit", "-qm", "base")
+    write(work / "src/speculators/extra.py", "TWICE = 2\n")
+    write(work / "tests/unit/mock/helpers.py", "def two():\n    return 2\n")
+    write(
+        work / "tests/unit/test_extra.py",
+        "from speculators.extra import TWICE\nfrom tests.unit.mock import helpers\n\n\n"
+        "def test_twice():\n    assert helpers.two() == TWICE\n",
+    )
+    write(work / "tests/unit/test_old.py", "def test_old():\n    assert True\n")
+    git(work, "add", "-A")
+    write(patches / "0001-good.patch", git(work, "diff", "--cached", "--full-index"))
+    git(work, "commit", "-qm", "0001-good")
     init = work / "src/speculators/__init__.py"
     init.write_text(init.read_text() + "BROKEN = 1\n")
     test = work / "tests/unit/test_extra.py"
     test.write_text(test.read_text() + "\n\ndef test_value():\n    assert True\n")
     (work / "tests/unit/test_old.py").unlink()
-    bad = patches / "0002-bad"
-    write(bad / "PR.md", "# Bad\n")
-    write(bad / "changes.patch", git(work, "diff", "--full-index"))
     write(
-        bad / "files/tests/unit/test_new.py",
+        work / "tests/unit/test_new.py",
         "def test_fails():\n    assert False, 'unit 0002 is broken'\n",
     )
+    git(work, "add", "-A")
+    write(patches / "0002-bad.patch", git(work, "diff", "--cached", "--full-index"))
 
     suite = tmp_path / "suite"
     for package in ("tests/__init__.py", "tests/unit/__init__.py"):
@@ -136,10 +132,11 @@ def test_own_tests_are_the_test_files_a_unit_adds_or_changes(fake_project):
         "tests/unit/test_extra.py",
         "tests/unit/test_old.py",
     ]  # the helper under tests/unit/mock is no test
-    assert patched_files(bad.patch.read_text()) == {
-        "src/speculators/__init__.py": False,
-        "tests/unit/test_extra.py": False,
-        "tests/unit/test_old.py": True,
+    assert bad.files() == {
+        "src/speculators/__init__.py": "M",
+        "tests/unit/test_extra.py": "M",
+        "tests/unit/test_new.py": "A",
+        "tests/unit/test_old.py": "D",
     }
     assert own_test_files(bad) == ["tests/unit/test_extra.py", "tests/unit/test_new.py"]
 
@@ -208,13 +205,9 @@ def test_a_scratch_folder_inside_a_git_repository_is_refused(fake_project, tmp_p
 def test_a_unit_that_does_not_apply_is_named(fake_project):
     root, sdist, _ = fake_project
     patches = root / "upstream_patches"
-    again = patches / "0003-again"
-    again.mkdir()
-    (again / "PR.md").write_text("# Again\n")
     # 0002's diff a second time: its deleted file is gone, its hunks are in place.
-    shutil.copy(patches / "0002-bad/changes.patch", again / "changes.patch")
-    (patches / "0004-later").mkdir()
-    (patches / "0004-later/PR.md").write_text("# Later\n")
+    shutil.copy(patches / "0002-bad.patch", patches / "0003-again.patch")
+    shutil.copy(patches / "0001-good.patch", patches / "0004-later.patch")
     (patches / "series").write_text("0001-good\n0002-bad\n0003-again\n0004-later\n")
     proc = vendor(root, sdist, "--no-suite")
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -230,10 +223,8 @@ def test_a_unit_that_does_not_apply_is_named(fake_project):
 def test_a_later_unit_breaking_an_earlier_units_test_is_caught(fake_project):
     root, sdist, suite = fake_project
     patches = root / "upstream_patches"
-    later = patches / "0003-later"
-    write(later / "PR.md", "# Later\n")
     write(
-        later / "changes.patch",
+        patches / "0003-later.patch",
         "diff --git a/src/speculators/extra.py b/src/speculators/extra.py\n"
         "--- a/src/speculators/extra.py\n+++ b/src/speculators/extra.py\n"
         "@@ -1 +1 @@\n-TWICE = 2\n+TWICE = 3\n",

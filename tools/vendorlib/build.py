@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import VendorError
-from .pin import Pin, inputs_digest, load_pin, load_series
-from .sdist import extract, obtain, sha256_of
+from .pin import Pin, inputs_digest, load_pin, load_series, pinned_tree
+from .sdist import sha256_of
 from .units import apply_unit
 
 VENDORED_DIRNAME = ".vendored"
@@ -40,10 +40,9 @@ def materialize(
     """Write upstream + every unit of the series to ``dest`` (replaced atomically)."""
     pin = load_pin(root)
     units = load_series(root)
-    path = obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".materialize-") as tmp:
-        tree = extract(path, Path(tmp) / "tree")
+        tree = pinned_tree(root, Path(tmp) / "tree", sdist)
         for unit in units:
             touched = apply_unit(unit, tree)
             if not quiet:

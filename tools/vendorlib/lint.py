@@ -20,7 +20,6 @@ from pathlib import Path
 from .pin import Unit
 from .proc import captured
 from .sdist import cache_dir
-from .units import parse_hunks
 
 PASS, FAIL, MISSING, SKIPPED = "pass", "FAIL", "missing", "skipped"
 
@@ -53,11 +52,7 @@ def find_tool(name: str) -> list[str] | None:
 
 def unit_py_files(units: list[Unit]) -> list[str]:
     """Upstream-relative .py paths that the units change or add, sorted."""
-    files: set[str] = set()
-    for unit in units:
-        files.update(p.as_posix() for p in unit.new_files())
-        if unit.patch.is_file():
-            files.update(h.file for h in parse_hunks(unit.patch.read_text()))
+    files = {f for u in units for f, kind in u.files().items() if kind != "D"}
     return sorted(f for f in files if f.endswith(".py"))
 
 

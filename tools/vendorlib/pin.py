@@ -1,15 +1,23 @@
-"""Read the pin (`UPSTREAM.toml`) and the ordered unit list (`series`)."""
+"""The pin (`UPSTREAM.toml`), the series of units (`series`) and what a unit touches.
+
+A unit is one `git format-patch` file, `upstream_patches/<name>.patch`: its commit
+message is the unit's PR text, its diff adds new files and changes upstream ones.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import VendorError
+from .sdist import extract, obtain
 
 PATCHES_DIRNAME = "upstream_patches"
+_DIFF = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$")
+_HUNK = re.compile(r"^@@ -(?P<old>\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$")
 
 
 @dataclass(frozen=True)
@@ -24,29 +32,68 @@ class Pin:
 
 
 @dataclass(frozen=True)
+class Hunk:
+    """One hunk of a unit's diff: file, 1-based index in that file, header."""
+
+    file: str
+    index: int
+    count: int
+    old_start: int
+    header: str
+
+
+@dataclass(frozen=True)
 class Unit:
-    """One patch unit: a directory holding `PR.md`, `changes.patch` and `files/`."""
+    """One patch unit: `upstream_patches/<name>.patch`."""
 
     name: str
     path: Path
 
-    @property
-    def patch(self) -> Path:
-        return self.path / "changes.patch"
+    def text(self) -> str:
+        return self.path.read_text()
 
-    @property
-    def files_dir(self) -> Path:
-        return self.path / "files"
+    def message(self) -> str:
+        """The commit message's body: the unit's PR text (`# title`, `## ...`)."""
+        head, _, rest = self.text().partition("\n\n")
+        if not head.startswith("From "):
+            return ""  # a bare diff: no message
+        return rest.split("\ndiff --git ", 1)[0]
 
-    def new_files(self) -> list[Path]:
-        """Paths (relative to `files/`) of the new files this unit adds, sorted."""
-        if not self.files_dir.is_dir():
-            return []
-        return sorted(
-            p.relative_to(self.files_dir)
-            for p in self.files_dir.rglob("*")
-            if p.is_file()
-        )
+    def files(self) -> dict[str, str]:
+        """Each path the diff names -> ``A`` (it adds the file), ``D`` (deletes) or
+        ``M``; a rename is its old path deleted and its new one added."""
+        out: dict[str, str] = {}
+        current = ""
+        for line in self.text().splitlines():
+            if m := _DIFF.match(line):
+                current = m["b"]
+                out[current] = "M"
+                if m["a"] != m["b"]:
+                    out[m["a"]], out[current] = "D", "A"
+            elif current and line.startswith("new file mode"):
+                out[current] = "A"
+            elif current and line.startswith("deleted file mode"):
+                out[current] = "D"
+        return out
+
+    def new_files(self) -> list[str]:
+        return sorted(f for f, kind in self.files().items() if kind == "A")
+
+    def hunks(self) -> list[Hunk]:
+        """Every hunk of the diff, with its position among its file's hunks."""
+        per_file: dict[str, list[tuple[int, str]]] = {}
+        current = ""
+        for line in self.text().splitlines():
+            if m := _DIFF.match(line):
+                current = m["b"]
+                per_file.setdefault(current, [])
+            elif current and (m := _HUNK.match(line)):
+                per_file[current].append((int(m["old"]), line))
+        return [
+            Hunk(file, i, len(items), old, header)
+            for file, items in per_file.items()
+            for i, (old, header) in enumerate(items, start=1)
+        ]
 
 
 def patches_dir(root: Path) -> Path:
@@ -70,6 +117,12 @@ def load_pin(root: Path) -> Pin:
     return Pin(up["name"], up["version"], up["sdist"], up["sha256"].lower(), drop)
 
 
+def pinned_tree(root: Path, dest: Path, sdist: Path | None = None) -> Path:
+    """The pinned release (its hash checked), extracted to ``dest``."""
+    pin = load_pin(root)
+    return extract(obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist), dest)
+
+
 def load_series(root: Path) -> list[Unit]:
     """The units named in `upstream_patches/series`, in order, each checked to exist."""
     pdir = patches_dir(root)
@@ -81,25 +134,19 @@ def load_series(root: Path) -> list[Unit]:
         name = raw.split("#", 1)[0].strip()
         if not name:
             continue
-        unit_dir = pdir / name
-        if not unit_dir.is_dir():
+        path = pdir / f"{name}.patch"
+        if not path.is_file():
             raise VendorError(
-                f"{series}:{lineno}: unit {name!r} has no directory {unit_dir}; "
+                f"{series}:{lineno}: unit {name!r} has no file {path}; "
                 "fix the name or remove the line"
             )
-        units.append(Unit(name, unit_dir))
+        units.append(Unit(name, path))
     return units
 
 
 def inputs_digest(root: Path) -> str:
-    """A hash over the pin and every unit's files: a stale vendored tree differs."""
-    pin = load_pin(root)
-    h = hashlib.sha256()
-    h.update(pin.sha256.encode())
+    """A hash over the pin and every unit: a stale vendored tree differs."""
+    h = hashlib.sha256(load_pin(root).sha256.encode())
     for unit in load_series(root):
-        h.update(b"\0unit\0" + unit.name.encode())
-        for p in sorted(unit.path.rglob("*")):
-            if p.is_file():
-                h.update(b"\0" + p.relative_to(unit.path).as_posix().encode() + b"\0")
-                h.update(p.read_bytes())
+        h.update(b"\0unit\0" + unit.name.encode() + b"\0" + unit.path.read_bytes())
     return h.hexdigest()

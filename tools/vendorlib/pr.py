@@ -3,7 +3,7 @@
 The bundle holds `git format-patch` commits (DCO-signed by the configured git
 identity) on a fresh extraction of the pinned release, or on the tip of a local
 upstream clone (`--upstream-git`, three-way cherry-picks), `PR_BODY.md` (from the
-unit's `PR.md`, the human-review box unticked), `LINT.txt` (upstream's linters with
+unit's PR text, the human-review box unticked), `LINT.txt` (upstream's linters with
 its own settings) and `COMMANDS.md` (the git/gh commands that open the PR). Units the
 given one depends on (it does not apply without them) come first, in series order.
 """
@@ -18,12 +18,11 @@ import tomllib
 from pathlib import Path
 
 from .errors import VendorError
+from .git import git
 from .lint import FAIL, PASS, SKIPPED, LintResult, lint
-from .pin import Pin, Unit, load_pin, load_series, patches_dir
-from .proc import captured
-from .sdist import extract, obtain
+from .pin import Pin, Unit, load_pin, load_series, patches_dir, pinned_tree
 from .status import check_unit, upstream_tip
-from .units import apply_unit, checked_git, parse_hunks, run_git
+from .units import apply_unit
 
 HUMAN_REVIEW_BOX = "- [ ] A human has reviewed the code"
 BUNDLE_MARK = "PR_BODY.md"
@@ -33,8 +32,7 @@ def identity(cwd: Path) -> tuple[str, str]:
     """The git identity for the Signed-off-by line; a clear error when there is none."""
 
     def config(key: str) -> str:
-        proc = captured(["git", "config", key], cwd=cwd)
-        return proc.stdout.strip()
+        return git(cwd, "config", key, check=False).stdout.strip()
 
     name = os.environ.get("GIT_AUTHOR_NAME") or config("user.name")
     email = os.environ.get("GIT_AUTHOR_EMAIL") or config("user.email")
@@ -57,16 +55,7 @@ def _git(tree: Path, ident: tuple[str, str], *args: str, check: bool = True) -> 
         "GIT_AUTHOR_EMAIL": ident[1],
         "GIT_COMMITTER_EMAIL": ident[1],
     }
-    if check:
-        return checked_git(tree, *args, env=env)
-    return run_git(tree, *args, env=env).stdout
-
-
-def touched(unit: Unit) -> set[str]:
-    out = {p.as_posix() for p in unit.new_files()}
-    if unit.patch.is_file():
-        out.update(h.file for h in parse_hunks(unit.patch.read_text()))
-    return out
+    return git(tree, *args, env=env, check=check).stdout
 
 
 def dependency_chain(units: list[Unit], target: Unit, pristine: Path) -> list[Unit]:
@@ -78,9 +67,9 @@ def dependency_chain(units: list[Unit], target: Unit, pristine: Path) -> list[Un
     grown = True
     while grown:
         grown = False
-        files = set().union(*(touched(u) for u in need))
+        files = set().union(*(u.files() for u in need))
         for u in units[:idx]:
-            if u not in need and touched(u) & files:
+            if u not in need and u.files().keys() & files:
                 need.add(u)
                 grown = True
     chain = [u for u in units[: idx + 1] if u in need]
@@ -95,7 +84,7 @@ def dependency_chain(units: list[Unit], target: Unit, pristine: Path) -> list[Un
 
 
 def pr_sections(text: str) -> tuple[str, dict[str, str]]:
-    """Title and ``## Section`` bodies of a unit's PR.md."""
+    """Title and ``## Section`` bodies of a unit's PR text."""
     title, sections, current = "", {}, ""
     for line in text.splitlines():
         if line.startswith("# ") and not title:
@@ -109,7 +98,7 @@ def pr_sections(text: str) -> tuple[str, dict[str, str]]:
 
 
 def pr_body(unit: Unit, chain: list[Unit], lint_ok: bool) -> str:
-    title, sec = pr_sections((unit.path / "PR.md").read_text())
+    title, sec = pr_sections(unit.message())
     mapping = [("Purpose", "Problem"), ("Description", "Change"), ("Tests", "Tests")]
     parts = [f"<!-- {title} -->\n"]
     for head, src in mapping:
@@ -194,7 +183,7 @@ def _onto_tip(
     ).split()
     for sha, u in zip(shas, chain, strict=True):
         committer = {"GIT_COMMITTER_NAME": ident[0], "GIT_COMMITTER_EMAIL": ident[1]}
-        proc = run_git(repo, "cherry-pick", sha, env=committer)
+        proc = git(repo, "cherry-pick", sha, env=committer, check=False)
         if proc.returncode != 0:
             files = _git(repo, ident, "diff", "--name-only", "--diff-filter=U").split()
             _git(repo, ident, "cherry-pick", "--abort", check=False)
@@ -256,19 +245,18 @@ def build_bundle(
         )
     ident = identity(root)
     out = out or root / "build" / "pr" / unit_name
-    title = pr_sections((target.path / "PR.md").read_text())[0] or unit_name
+    title = pr_sections(target.message())[0] or unit_name
     with tempfile.TemporaryDirectory() as tmp:
-        path = obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist)
-        pristine = extract(path, Path(tmp) / "pristine")
+        pristine = pinned_tree(root, Path(tmp) / "pristine", sdist)
         chain = dependency_chain(units, target, pristine)
-        work = extract(path, Path(tmp) / "work")
+        work = pinned_tree(root, Path(tmp) / "work", sdist)
         _git(work, ident, "init", "-q", "-b", "main")
         _git(work, ident, "add", "-A", "-f")
         _git(work, ident, "commit", "-q", "-m", f"upstream: {pin.name} {pin.version}")
         for u in chain:
             apply_unit(u, work)
             _git(work, ident, "add", "-A")
-            u_title = pr_sections((u.path / "PR.md").read_text())[0] or u.name
+            u_title = pr_sections(u.message())[0] or u.name
             _git(work, ident, "commit", "-q", "-s", "-m", u_title)
         repo, base_tree = work, pristine
         base_desc = f"the {pin.name} {pin.version} release (sdist {pin.sdist})"

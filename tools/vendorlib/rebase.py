@@ -1,12 +1,14 @@
-"""Move the pin to a new upstream release: replay every unit with a three-way merge.
+"""Move the pin to a new upstream release with `git rebase --onto`.
 
-The work tree is a `materialize --git` history of the *old* release (base commit +
-one commit per unit). The new release becomes an orphan commit of its own, and each
-unit commit is cherry-picked onto it, so git merges with the old release as base.
-Per unit the result is one of `applied`, `applied with offsets/fuzz`,
-`already upstream` (the pick is empty; the unit is dropped) or `conflict` (stop,
-leave the work tree with conflict markers, change nothing in `upstream_patches/`).
-Only a complete replay rewrites the units, `UPSTREAM.toml` and `CHANGELOG.md`.
+The work tree is a `materialize --git` history of the pinned release (branch
+`pinned`); the new release is committed as an orphan upstream commit, and `main`
+(the units) is rebased onto it: git merges each unit three-way with the old release
+as base, drops a unit the release already contains, and stops at a conflict. Per
+unit the result is `applied`, `applied with offsets/fuzz` (git merged it; its patch
+moved), `applied, merged (see range-diff)` or `already upstream` (dropped), with
+`git range-diff` as the report. A conflict changes nothing in `upstream_patches/`:
+resolve it in the work tree, `git rebase --continue`, and run the command again.
+Only a complete rebase rewrites the units, `UPSTREAM.toml` and `CHANGELOG.md`.
 """
 
 from __future__ import annotations
@@ -15,28 +17,29 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import VendorError
-from .gitwork import commit_all, export, git, materialize_git, unit_commits
-from .pin import load_pin, load_series, patches_dir
+from .git import git
+from .gitwork import BASE_SUBJECT_PREFIX, commit_release, export, materialize_git
+from .pin import load_pin, patches_dir, pinned_tree
 from .pytest_run import run_pytest, tree_env
-from .sdist import cache_dir, download, extract, index_file, obtain, sha256_of
-from .units import Hunk, failed_hunks, run_git
+from .sdist import cache_dir, download, extract, index_file, sha256_of
 
 APPLIED = "applied"
 OFFSETS = "applied with offsets/fuzz"
+MERGED = "applied, merged (see range-diff)"
 UPSTREAM = "already upstream"
-CONFLICT = "conflict"
-NOT_TRIED = "not tried (an earlier unit conflicts)"
+_RANGE = re.compile(
+    r"^\s*(?:\d+|-):\s+\S+ (?P<kind>[=!<>]) \s*(?:\d+|-):\s+\S+ (?P<name>\S+)"
+)
 
 
 @dataclass
 class UnitResult:
     name: str
     status: str
-    detail: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -92,120 +95,6 @@ def obtain_release(
         )
     tmp.replace(dest)
     return Release(dest, got, url)
-
-
-def apply_check(tree: Path, patch: str) -> tuple[bool, str]:
-    """`git apply --check -v` of ``patch`` on ``tree``: (applies, git's messages)."""
-    if not patch.strip():
-        return True, ""
-    with tempfile.NamedTemporaryFile("w", suffix=".patch", delete=False) as f:
-        f.write(patch)
-    try:
-        proc = run_git(tree, "apply", "--check", "-v", f.name)
-    finally:
-        Path(f.name).unlink()
-    return proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def commit_patch(tree: Path, sha: str) -> str:
-    return git(tree, "diff", "--full-index", "--binary", "--no-renames", f"{sha}^", sha)
-
-
-def _marker_ranges(path: Path) -> list[str]:
-    """Line ranges of the conflict blocks (``<<<<<<<`` .. ``>>>>>>>``) in ``path``."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except (FileNotFoundError, IsADirectoryError):
-        return []
-    out, start = [], None
-    for i, line in enumerate(lines, start=1):
-        if line.startswith("<<<<<<<"):
-            start = i
-        elif line.startswith(">>>>>>>") and start is not None:
-            out.append(f"lines {start}-{i}")
-            start = None
-    return out
-
-
-_KINDS = {
-    "UU": "both modified",
-    "AA": "added by the unit and by the new release",
-    "DU": "deleted by the new release, modified by the unit",
-    "UD": "modified by the new release, deleted by the unit",
-    "AU": "added by the new release",
-    "UA": "added by the unit",
-    "DD": "deleted by both",
-}
-
-
-def describe_conflict(tree: Path, patch: str, check_out: str) -> list[str]:
-    """Files and hunks of a stopped cherry-pick, in the unit's and the tree's terms."""
-    lines: list[str] = []
-    status = git(tree, "status", "--porcelain", "--untracked-files=no")
-    failed: dict[str, list[Hunk]] = {}
-    for file, _, hunk in failed_hunks(patch, check_out):
-        if hunk is not None:
-            failed.setdefault(file, []).append(hunk)
-    for row in status.splitlines():
-        code, path = row[:2], row[3:]
-        if code not in _KINDS:
-            continue
-        lines.append(f"  file {path}: {_KINDS[code]}")
-        for h in failed.get(path, []):
-            lines.append(
-                f"    unit hunk {h.index} of {h.count} "
-                f"(old upstream line {h.old_start}): {h.header}"
-            )
-        ranges = _marker_ranges(tree / path)
-        if ranges:
-            lines.append(f"    conflict markers at {', '.join(ranges)}")
-    return lines
-
-
-def replay(tree: Path, commits: list[tuple[str, str]]) -> list[UnitResult]:
-    """Cherry-pick each unit commit onto HEAD; stop at the first conflict."""
-    results: list[UnitResult] = []
-    for i, (sha, name) in enumerate(commits):
-        patch = commit_patch(tree, sha)
-        clean, check_out = apply_check(tree, patch)
-        pick = run_git(tree, "cherry-pick", "--no-commit", sha)
-        conflicted = git(tree, "diff", "--name-only", "--diff-filter=U").split()
-        if pick.returncode != 0 or conflicted:
-            detail = describe_conflict(tree, patch, check_out)
-            if not detail:
-                detail = ["  " + ln for ln in pick.stderr.strip().splitlines()]
-            rest = " ".join(s for s, _ in commits[i + 1 :])
-            detail += [
-                f"The work tree {tree} holds the conflict (markers in the files).",
-                "Resolve it there, then: git add -A && "
-                f"git commit -C {sha}"
-                + (f" && git cherry-pick {rest}" if rest else "")
-                + f"; then `tools/vendor export {tree}`, or rework the unit and "
-                "rebase again.",
-            ]
-            results.append(UnitResult(name, CONFLICT, detail))
-            results += [UnitResult(n, NOT_TRIED) for _, n in commits[i + 1 :]]
-            return results
-        if run_git(tree, "diff", "--cached", "--quiet").returncode == 0:
-            results.append(
-                UnitResult(name, UPSTREAM, ["  the new release contains the change"])
-            )
-            continue
-        git(tree, "commit", "-q", "--allow-empty", "-C", sha)
-        shifted = re.findall(r"Hunk #\d+ succeeded at .*", check_out)
-        if clean and not shifted:
-            results.append(UnitResult(name, APPLIED))
-        elif clean:
-            results.append(UnitResult(name, OFFSETS, ["  " + s for s in shifted]))
-        else:
-            results.append(
-                UnitResult(
-                    name,
-                    OFFSETS,
-                    ["  the patch needs fuzz; git's three-way merge applied it"],
-                )
-            )
-    return results
 
 
 def update_pin_text(text: str, values: dict[str, str]) -> str:
@@ -281,46 +170,97 @@ def run_unit_tests(tree: Path) -> tuple[bool | None, str]:
     return ok, report.summary()
 
 
-def _write_result(
-    root: Path, tree: Path, release: Release, version: str, results: list[UnitResult]
-) -> None:
-    """Export the rebased history and the new pin into `upstream_patches/`."""
-    pdir = patches_dir(root)
-    with tempfile.TemporaryDirectory(dir=root, prefix=".rebase-") as tmp:
-        stage = Path(tmp)
-        shutil.copytree(pdir, stage / pdir.name)
-        export(stage, tree)
-        for r in results:
-            if r.status == UPSTREAM:
-                shutil.rmtree(stage / pdir.name / r.name, ignore_errors=True)
-        toml = stage / pdir.name / "UPSTREAM.toml"
-        pin = load_pin(root)
-        toml.write_text(
-            update_pin_text(
-                toml.read_text(),
-                {
-                    "version": version,
-                    "sdist": release.path.name,
-                    "sha256": release.sha256,
-                },
-            )
+def start(root: Path, work: Path, release: Release, version: str) -> str | None:
+    """The pin's history in ``work`` (branch `pinned`), `main` rebased onto the
+    new release; the unit in conflict (None: the rebase went through)."""
+    pin = load_pin(root)
+    old_base = materialize_git(root, pinned_tree(root, work))
+    git(work, "branch", "pinned")
+    git(work, "checkout", "-q", "--orphan", "release")
+    git(work, "rm", "-rfq", "--ignore-unmatch", ".")
+    git(work, "clean", "-fdxq")
+    extract(release.path, work)
+    new_base = commit_release(work, f"{BASE_SUBJECT_PREFIX}{pin.name} {version}")
+    git(work, "checkout", "-q", "-f", "main")
+    proc = git(work, "rebase", "--onto", new_base, old_base, "main", check=False)
+    if proc.returncode == 0:
+        return None
+    said = (proc.stdout + proc.stderr).strip()
+    print("\n".join(f"    {line}" for line in said.splitlines()))
+    m = re.search(r"[Cc]ould not apply \w+\.\.\. (\S+)", said)
+    return m[1] if m else "?"
+
+
+def base_of(work: Path, ref: str) -> str:
+    """The upstream commit under ``ref``'s units: its root."""
+    return git(work, "rev-list", "--max-parents=0", ref).stdout.split()[0]
+
+
+def results(root: Path, work: Path, stage: Path) -> list[UnitResult]:
+    """Each unit's outcome, from `git range-diff` of the pinned and the rebased
+    units and whether its exported patch (in ``stage``) moved; prints the report."""
+    old, new = base_of(work, "pinned"), base_of(work, "main")
+    diff = git(work, "range-diff", "--no-color", f"{old}..pinned", f"{new}..main")
+    out = []
+    for m in filter(None, map(_RANGE.match, diff.stdout.splitlines())):
+        status = {"<": UPSTREAM, "!": MERGED}.get(m["kind"], APPLIED)
+        before, after = (d / f"{m['name']}.patch" for d in (patches_dir(root), stage))
+        if status == APPLIED and before.is_file() and after.is_file():
+            status = OFFSETS if before.read_bytes() != after.read_bytes() else status
+        out.append(UnitResult(m["name"], status))
+        print(f"  {m['name']}: {status}")
+    print("  git range-diff (pinned units .. rebased units):")
+    print("\n".join(f"    {line}" for line in diff.stdout.rstrip().splitlines()))
+    return out
+
+
+def resume(work: Path, name: str, version: str) -> None:
+    """Refuse a work tree whose rebase is unfinished or onto another release."""
+    if any((work / ".git" / d).exists() for d in ("rebase-merge", "rebase-apply")):
+        raise VendorError(
+            f"{work}: the rebase stopped at a conflict; resolve it there "
+            f"(git status), `git -C {work} rebase --continue`, then run this "
+            "command again"
         )
-        new = load_pin(stage)
+    subject = git(work, "log", "-1", "--format=%s", base_of(work, "main")).stdout
+    if subject.strip() != f"{BASE_SUBJECT_PREFIX}{name} {version}":
+        raise VendorError(f"{work}: main is not rebased onto {name} {version}")
+
+
+def write_result(
+    root: Path, work: Path, release: Release, version: str, tests: str
+) -> list[UnitResult]:
+    """Export the rebased history, the new pin and the CHANGELOG entry."""
+    pdir = patches_dir(root)
+    pin = load_pin(root)
+    with tempfile.TemporaryDirectory(dir=root, prefix=".rebase-") as tmp:
+        stage = Path(tmp) / pdir.name
+        shutil.copytree(pdir, stage)
+        export(stage.parent, work)
+        done = results(root, work, stage)
+        toml = stage / "UPSTREAM.toml"
+        values = {"version": version, "sdist": release.path.name}
+        toml.write_text(
+            update_pin_text(toml.read_text(), values | {"sha256": release.sha256})
+        )
+        new = load_pin(stage.parent)
         if (new.version, new.sha256, new.drop_requires) != (
             version,
             release.sha256,
             pin.drop_requires,
         ):
             raise VendorError(f"{toml}: could not update the pin in place")
-        load_series(stage)
         aside = Path(tmp) / "old"
         pdir.rename(aside)
         try:
-            shutil.copytree(stage / pdir.name, pdir)
+            shutil.copytree(stage, pdir)
         except OSError:
             shutil.rmtree(pdir, ignore_errors=True)
             aside.rename(pdir)
             raise
+    entry = changelog_entry(pin.name, pin.version, version, release.sha256, done, tests)
+    add_changelog(root / "CHANGELOG.md", entry)
+    return done
 
 
 def rebase(
@@ -331,37 +271,25 @@ def rebase(
     work: Path | None = None,
     run_tests: bool = True,
 ) -> int:
-    """Replay the series onto ``version``; print the per-unit report; exit code."""
+    """Rebase the series onto ``version``; print the per-unit report; exit code."""
     pin = load_pin(root)
     if version == pin.version:
         raise VendorError(f"the pin is already {pin.name} {version}")
     work = work or root / "build" / f"rebase-{version}"
-    if work.exists() and any(work.iterdir()):
+    again = (work / ".git").is_dir()
+    if not again and work.exists() and any(work.iterdir()):
         raise VendorError(f"{work}: exists and is not empty; remove it or pass --work")
-    units = load_series(root)
     release = obtain_release(pin.name, version, sdist, sha256)
-    old = obtain(pin.name, pin.version, pin.sdist, pin.sha256)
     print(f"{pin.name} {pin.version} -> {version}: sdist {release.origin}")
     print(f"  sha256 {release.sha256} ok")
-    extract(old, work)
-    materialize_git(root, work, units)
-    commits = unit_commits(work)
-    git(work, "checkout", "-q", "--orphan", "rebased")
-    git(work, "rm", "-rfq", "--ignore-unmatch", ".")
-    git(work, "clean", "-fdxq")
-    extract(release.path, work)
-    git(work, "add", "-A", "-f")
-    commit_all(work, f"upstream: {pin.name} {version}")
-    results = replay(work, commits)
-    for r in results:
-        print(f"  {r.name}: {r.status}")
-        for line in r.detail:
-            print(f"    {line.strip()}" if line.startswith("  ") else f"    {line}")
-    if any(r.status == CONFLICT for r in results):
-        bad = next(r for r in results if r.status == CONFLICT)
+    if again:
+        resume(work, pin.name, version)
+    elif (unit := start(root, work, release, version)) is not None:
+        print(f"  {unit}: conflict")
         print(
-            f"conflict in unit {bad.name}; upstream_patches/ is unchanged; "
-            f"work tree: {work}"
+            f"conflict in unit {unit}; upstream_patches/ is unchanged. Next: resolve "
+            f"it in {work} (git status), `git -C {work} rebase --continue`, then "
+            "run this command again."
         )
         return 1
     passed: bool | None = None
@@ -371,14 +299,8 @@ def rebase(
         word = {True: "passed", False: "FAILED", None: "none"}[passed]
         summary = f"{word} ({summary})"
         print(f"  unit tests (pytest tests/unit on the rebased tree): {summary}")
-    _write_result(root, work, release, version, results)
-    add_changelog(
-        root / "CHANGELOG.md",
-        changelog_entry(
-            pin.name, pin.version, version, release.sha256, results, summary
-        ),
-    )
-    dropped = [r.name for r in results if r.status == UPSTREAM]
+    done = write_result(root, work, release, version, summary)
+    dropped = [r.name for r in done if r.status == UPSTREAM]
     print(
         f"pin moved to {pin.name} {version}; units refreshed"
         + (f"; dropped (already upstream): {', '.join(dropped)}" if dropped else "")

@@ -2,54 +2,51 @@
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import subprocess
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import VendorError
-from .pin import Unit, load_pin, load_series
-from .sdist import extract, obtain
-from .units import apply_unit, git_env, run_git
+from .git import git
+from .pin import Unit, load_pin, load_series, pinned_tree
+from .sdist import extract_all
+from .units import apply_unit
 
 
 @dataclass
 class UnitStats:
-    added: int  # + lines in changes.patch (upstream files)
-    removed: int  # - lines in changes.patch
+    added: int  # + lines in upstream files
+    removed: int  # - lines in upstream files
     new_files: int
     new_lines: int
 
 
 def unit_stats(unit: Unit) -> UnitStats:
-    added = removed = 0
-    if unit.patch.is_file():
-        for line in unit.patch.read_text().splitlines():
-            if line.startswith("+") and not line.startswith("+++"):
+    kinds = unit.files()
+    added = removed = new_lines = 0
+    current = ""
+    for line in unit.text().splitlines():
+        if line.startswith("diff --git "):
+            current = line.rsplit(" b/", 1)[1]
+        elif current and line.startswith("+") and not line.startswith("+++ "):
+            if kinds.get(current) == "A":
+                new_lines += 1
+            else:
                 added += 1
-            elif line.startswith("-") and not line.startswith("---"):
-                removed += 1
-    files = unit.new_files()
-    lines = 0
-    for rel in files:
-        with contextlib.suppress(UnicodeDecodeError):
-            lines += len((unit.files_dir / rel).read_text().splitlines())
-    return UnitStats(added, removed, len(files), lines)
+        elif current and line.startswith("-") and not line.startswith("--- "):
+            removed += 1
+    return UnitStats(added, removed, len(unit.new_files()), new_lines)
 
 
 def check_unit(unit: Unit, tree: Path) -> str | None:
     """Why ``unit`` does not apply to ``tree`` (None: it does); ``tree`` unchanged."""
-    clash = [r.as_posix() for r in unit.new_files() if (tree / r).exists()]
-    if clash:
-        return f"files/ adds existing {', '.join(clash)}"
-    if unit.patch.is_file() and unit.patch.stat().st_size:
-        proc = run_git(tree, "apply", "--check", str(unit.patch.resolve()))
-        if proc.returncode != 0:
-            first = (proc.stderr.strip().splitlines() or ["git apply failed"])[0]
-            return first.removeprefix("error: ")
-    return None
+    proc = git(tree, "apply", "--check", str(unit.path.resolve()), check=False)
+    if proc.returncode == 0:
+        return None
+    first = (proc.stderr.strip().splitlines() or ["git apply failed"])[0]
+    return first.removeprefix("error: ")
 
 
 def applies(units: list[Unit], tree: Path) -> dict[str, tuple[bool, bool, str]]:
@@ -71,27 +68,13 @@ def upstream_tip(repo: Path, dest: Path) -> str:
     """Write the tree of HEAD of the git clone ``repo`` to ``dest``; return its sha."""
     if not (repo / ".git").exists() and not (repo / "HEAD").is_file():
         raise VendorError(f"--upstream-git {repo}: not a git repository")
-    env = git_env(repo)
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=repo,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dest.mkdir(parents=True)
-        archive = subprocess.run(
-            ["git", "archive", "--format=tar", "HEAD"],
-            cwd=repo,
-            env=env,
-            capture_output=True,
-            check=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    except subprocess.CalledProcessError as err:
-        raise VendorError(f"--upstream-git {repo}: cannot read HEAD: {err}") from err
+    sha = git(repo, "rev-parse", "HEAD").stdout.strip()
+    dest.mkdir(parents=True)
+    tar = dest.parent / f"{dest.name}.tar"
+    git(repo, "archive", "--format=tar", "-o", str(tar.resolve()), "HEAD")
+    with tarfile.open(tar) as tf:
+        extract_all(tf, dest, tar)
+    tar.unlink()
     return sha
 
 
@@ -107,10 +90,7 @@ def status(root: Path, upstream_git: Path | None, sdist: Path | None) -> int:
     pin = load_pin(root)
     units = load_series(root)
     with tempfile.TemporaryDirectory() as tmp:
-        tree = extract(
-            obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist),
-            Path(tmp) / "pin",
-        )
+        tree = pinned_tree(root, Path(tmp) / "pin", sdist)
         at_pin = applies(units, tree)
         at_tip: dict[str, tuple[bool, bool, str]] = {}
         tip = ""

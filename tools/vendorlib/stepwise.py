@@ -29,9 +29,8 @@ from .dropin.compare import Comparison
 from .errors import VendorError
 from .impact import EVERYTHING, affected
 from .installed import imported_from, installed_package, same_package
-from .pin import Unit, load_pin, load_series
+from .pin import Unit, load_pin, load_series, pinned_tree
 from .pytest_run import PytestReport, PytestServer, TreeRun, tree_env
-from .sdist import extract, obtain
 from .series_report import OwnResult, SuiteResult, UnitReport, line, summarize
 from .unit_files import (
     is_test_file,
@@ -400,8 +399,7 @@ def run_series(
     reports: list[UnitReport] = []
     start = time.monotonic()
     try:
-        sdist_path = obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist)
-        stage = extract(sdist_path, scratch / "stage")
+        stage = pinned_tree(root, scratch / "stage", sdist)
         trees, broken = prepare_trees(units, wanted, stage, scratch, python)
         print(
             f"{pin.name} {pin.version} + each unit with the ones before it: "
@@ -417,7 +415,11 @@ def run_series(
                 print(line(skipped), flush=True)
         checked = (
             _dropin_checks(
-                root, python, trees, extract(sdist_path, scratch / "pristine"), jobs
+                root,
+                python,
+                trees,
+                pinned_tree(root, scratch / "pristine", sdist),
+                jobs,
             )
             if dropin and trees
             else {}

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from .pin import Unit
-
-_DIFF = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$")
 
 
 def is_test_file(rel: str) -> bool:
@@ -20,41 +17,20 @@ def is_test_file(rel: str) -> bool:
     )
 
 
-def patched_files(patch_text: str) -> dict[str, bool]:
-    """Each file a git diff names (its new path) -> whether the diff deletes it."""
-    out: dict[str, bool] = {}
-    current: str | None = None
-    for line in patch_text.splitlines():
-        if m := _DIFF.match(line):
-            current = m["b"]
-            out[current] = False
-        elif current is not None and line.startswith("deleted file mode"):
-            out[current] = True
-    return out
-
-
 def own_test_files(unit: Unit) -> list[str]:
     """The unit's own tests: test files it adds under `tests/` or changes."""
-    found = {rel.as_posix() for rel in unit.new_files()}
-    if unit.patch.is_file():
-        for rel, deleted in patched_files(unit.patch.read_text()).items():
-            if not deleted:
-                found.add(rel)
-    return sorted(rel for rel in found if is_test_file(rel))
+    return sorted(
+        f for f, kind in unit.files().items() if kind != "D" and is_test_file(f)
+    )
 
 
 def touched_files(unit: Unit) -> set[str]:
     """Every upstream path a unit adds, changes or deletes (both sides of a rename)."""
-    found = {rel.as_posix() for rel in unit.new_files()}
-    if unit.patch.is_file():
-        for line in unit.patch.read_text().splitlines():
-            if m := _DIFF.match(line):
-                found |= {m["a"], m["b"]}
-    return found
+    return set(unit.files())
 
 
 def source_files(unit: Unit) -> set[str]:
-    """The upstream source files (``src/``) a unit adds or its diff changes."""
+    """The upstream source files (``src/``) a unit adds or changes."""
     return {rel for rel in touched_files(unit) if rel.startswith("src/")}
 
 

@@ -17,10 +17,9 @@ from pathlib import Path
 
 from ..errors import VendorError
 from ..installed import installed_package
-from ..pin import Unit, load_pin, load_series
+from ..pin import Unit, load_series, pinned_tree
 from ..proc import captured
 from ..pytest_run import TOOLS, tree_env
-from ..sdist import extract, obtain
 from ..unit_files import source_files
 from .cases import Case, api_cases, cli_cases
 from .compare import Comparison, compare, load_intended
@@ -35,8 +34,7 @@ class DropinRun:
 
 def pristine_tree(root: Path, scratch: Path, sdist: Path | None = None) -> Path:
     """The pinned release, extracted under ``scratch``: its folder (with `src/`)."""
-    pin = load_pin(root)
-    return extract(obtain(pin.name, pin.version, pin.sdist, pin.sha256, sdist), scratch)
+    return pinned_tree(root, scratch, sdist)
 
 
 def installed_src(python: str) -> Path:
