@@ -212,7 +212,8 @@ def test_compare_a_case_that_failed_whole_is_one_value():
 
 def test_intended_differences_name_units_of_the_series(tmp_path):
     patches = tmp_path / "upstream_patches"
-    (patches / "0001-u").mkdir(parents=True)
+    patches.mkdir()
+    (patches / "0001-u.patch").write_text("")  # a unit is one git format-patch file
     entry = 'unit = "{}"\ncases = ["c"]\nkeys = ["k"]\nchanges = []\nwhy = "w"\n'
     (patches / "INTENDED_DIFFERENCES.toml").write_text(
         "[[difference]]\n" + entry.format("0001-u")

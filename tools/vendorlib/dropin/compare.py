@@ -77,7 +77,7 @@ def load_intended(patches: Path, units: list[str]) -> list[Intended]:
                 f"{patches / INTENDED_FILE}: difference {i + 1} lacks {sorted(missing)}"
             )
         entry = Intended(**raw)
-        if entry.unit not in units and not (patches / entry.unit).is_dir():
+        if entry.unit not in units and not (patches / f"{entry.unit}.patch").is_file():
             raise ValueError(
                 f"{patches / INTENDED_FILE}: difference {i + 1} names {entry.unit!r}, "
                 "no unit of the series"
