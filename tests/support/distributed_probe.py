@@ -6,13 +6,23 @@ trainer wrapped its model (DDP or FSDP), each rank writes
 size, the wrapper's class and, per trainable parameter, its type, global shape,
 local (this rank's) element count and DTensor placements. A test can so assert that
 gloo carried the run and that FSDP sharded the parameters, not take the log's word.
+
+Two hooks for the fault tests, also usable without torchrun: with
+``$SPECULATORS_KIMI_KILL=<rank>:<global step>`` that rank SIGKILLs itself inside
+that step (after the backward, before the update), first writing
+``$SPECULATORS_KIMI_PROBE/killed.json`` (the time and the sha256 of every file of
+the newest checkpoint); when training ends, rank 0 writes the draft's trainable
+parameters in fp32 to ``$SPECULATORS_KIMI_PROBE/final.pt`` (not under FSDP).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import runpy
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +71,53 @@ def _probed(setup):
     return wrapper
 
 
+def _newest_checkpoint(trainer: Trainer) -> Path:
+    root = trainer.checkpointer.path
+    return max(
+        (d for d in root.iterdir() if d.name.isdigit()), key=lambda d: int(d.name)
+    )
+
+
+def _killed(step):
+    def wrapper(self: Trainer) -> None:
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        if os.environ.get("SPECULATORS_KIMI_KILL") == f"{rank}:{self.global_step}":
+            checkpoint = _newest_checkpoint(self)
+            hashes = {
+                p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(checkpoint.iterdir())
+            }
+            report = {
+                "time": time.time(),
+                "checkpoint": str(checkpoint),
+                "sha256": hashes,
+            }
+            out = Path(os.environ["SPECULATORS_KIMI_PROBE"])
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "killed.json").write_text(json.dumps(report, indent=1) + "\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+        step(self)
+
+    return wrapper
+
+
+def _final_weights(run):
+    def wrapper(self: Trainer) -> None:
+        run(self)
+        model = getattr(self.model, "module", self.model)
+        trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        sharded = any(hasattr(p, "to_local") for p in trained.values())  # FSDP
+        if not sharded and (not dist.is_initialized() or dist.get_rank() == 0):
+            params = {n: p.detach().float().cpu().clone() for n, p in trained.items()}
+            out = Path(os.environ["SPECULATORS_KIMI_PROBE"])
+            out.mkdir(parents=True, exist_ok=True)
+            torch.save(params, out / "final.pt")
+
+    return wrapper
+
+
+Trainer._optimizers_step = _killed(Trainer._optimizers_step)  # type: ignore[method-assign]
+Trainer.run_training = _final_weights(Trainer.run_training)  # type: ignore[method-assign]
 Trainer._setup_model_fsdp = _probed(Trainer._setup_model_fsdp)  # type: ignore[method-assign]
 Trainer._setup_model_ddp = _probed(Trainer._setup_model_ddp)  # type: ignore[method-assign]
 
