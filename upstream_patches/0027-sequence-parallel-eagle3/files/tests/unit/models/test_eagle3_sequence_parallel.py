@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch.nn.attention.flex_attention import create_mask
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 import speculators
 from speculators.models.eagle3 import sequence_parallel as sp
@@ -23,6 +26,7 @@ from speculators.models.eagle3.attention import (
     extend_dense_mask_for_draft_tokens,
 )
 from speculators.train.config.resolution import ConfigError
+from tests.unit.mock import sp_worker
 
 WORKER = Path(__file__).parents[1] / "mock" / "sp_worker.py"
 EXACT = 1e-10
@@ -199,3 +203,68 @@ def test_block_mask_is_upstreams_mask(steps, window):
         sp._block_mask(doc_ids, 6, 11, kv_len, window),
         upstream[0, 0, 6:11],
     )
+
+
+class _LargestAllocation(TorchDispatchMode):
+    """The largest storage any operator produces while the mode is on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nbytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self.nbytes = max(self.nbytes, leaf.untyped_storage().nbytes())
+        return out
+
+
+@pytest.fixture
+def one_rank_group():
+    """A one-rank gloo group in this process (the SP step's collectives)."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+def _largest_step_allocation(seq_len: int, group) -> int:
+    """The largest tensor of one training step (forward and backward)."""
+    gen = torch.Generator().manual_seed(seq_len)
+    hidden, vocab = sp_worker.HIDDEN, sp_worker.VOCAB
+    data = {
+        "hidden_states": torch.randn(1, seq_len, 3 * hidden, generator=gen),
+        "input_ids": torch.randint(0, vocab, (1, seq_len), generator=gen),
+        "document_ids": (torch.arange(seq_len) // 48).unsqueeze(0),
+        "loss_mask": torch.ones(1, seq_len, dtype=torch.bool),
+        "verifier_last_hidden_states": torch.randn(1, seq_len, hidden, generator=gen),
+    }
+    model = sp_worker.tiny_draft("eager")
+    kwargs = sp_worker.call_kwargs()
+    if group is not None:
+        kwargs["sp_group"] = group
+    with _LargestAllocation() as largest:
+        _, loss, _ = model(**data, **kwargs)
+        loss.backward()
+    return largest.nbytes
+
+
+def test_sp_step_memory_is_linear_in_tokens(one_rank_group, monkeypatch):
+    """Doubling the tokens at most doubles the SP step's largest tensor (masks
+    and attention weights per block of queries, checkpointed); upstream's dense
+    eager path, measured the same way, quadruples."""
+    monkeypatch.setattr(sp, "QUERY_BLOCK", 16)
+    threads = torch.get_num_threads()
+    # Tiny tensors: more threads only wait on each other (on a busy machine).
+    torch.set_num_threads(1)
+    try:
+        sp_sizes = [_largest_step_allocation(n, one_rank_group) for n in (64, 128)]
+        dense = [_largest_step_allocation(n, None) for n in (64, 128)]
+    finally:
+        torch.set_num_threads(threads)
+    assert sp_sizes[1] <= 2 * sp_sizes[0], sp_sizes
+    assert dense[1] >= 3.9 * dense[0], dense
+    # Already at 128 tokens the largest SP tensor is a fraction of the dense one.
+    assert sp_sizes[1] * 4 < dense[1], (sp_sizes, dense)
