@@ -12,6 +12,9 @@
 # The device tool lends 15 minutes in all (start-up included), so a second try is
 # of the failed steps only:
 #   STEPS="kernel-tiles draft-train-step" bash benchmarks/run_on_device.sh
+# `sp-memory` is opt-in (outside the 480 s): it runs only when STEPS names it,
+# as a try of its own (device tool timeout_s: 300):
+#   STEPS="sp-memory" bash benchmarks/run_on_device.sh
 #
 # From this machine (no GPU needed to prepare):
 #   pip install --no-build-isolation --no-deps -e .        # fills .vendored/
@@ -100,5 +103,12 @@ step draft-attention-mla 55 python3 benchmarks/draft_attention.py \
 # triton (each compiles upstream's torch.compile'd forward first)
 step draft-train-step 110 python3 benchmarks/draft_train_step.py --rounds 3 \
     --out "$OUT/draft_train_step.json"
+# Opt-in, 240 s: peak memory of the --sp-size path at degree 1 for a Kimi-K2.5-size
+# draft layer (3 and 7 TTT steps, 8K-64K tokens, sdpa inside the Ulysses
+# wrapper); lengths left when 150 s of measuring have passed are skipped
+if [[ " ${STEPS:-} " == *" sp-memory "* ]]; then
+    step sp-memory 240 python3 benchmarks/sp_memory.py --device cuda \
+        --deadline 150 --work "$OUT/sp_memory" --json "$OUT/sp_memory.json"
+fi
 echo "done at $((SECONDS - started))s; $failed failed step(s)"
 exit "$failed"
