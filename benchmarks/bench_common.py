@@ -7,9 +7,14 @@ Imported by the benchmark scripts of this directory (run as
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import platform
+import subprocess
+import sys
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from speculators_kimi.memory import process_memory
 from speculators_kimi.tiny_verifier.configs import KIMI_K25_TEXT
@@ -22,8 +27,11 @@ __all__ = [
     "KIMI_VOCAB",
     "cpu_model",
     "device_name",
+    "export_and_vllm_check",
+    "kernel_report",
     "kimi_size_verifier",
     "process_memory",
+    "timing_method",
 ]
 
 
@@ -50,6 +58,30 @@ def device_name(device: torch.device) -> str:
     return f"CPU {cpu_model()} ({mode})"
 
 
+def kernel_report(benchmark: str, device: torch.device, quick: bool) -> dict[str, Any]:
+    """The head of a Triton kernel benchmark's JSON report: what ran it, when,
+    with which torch and Triton, and whether it was a ``--quick`` run."""
+    import torch
+    import triton
+
+    return {
+        "benchmark": benchmark,
+        "device": device_name(device),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "quick": quick,
+    }
+
+
+def timing_method(device: torch.device) -> str:
+    """How a kernel benchmark's times were taken (the interpreter's are no
+    performance figure)."""
+    if device.type == "cuda":
+        return "triton.testing.do_bench median"
+    return "perf_counter median (interpreter; not a performance figure)"
+
+
 #: Kimi-K2.5's vocabulary and hidden size.
 KIMI_VOCAB, KIMI_HIDDEN = KIMI_K25_TEXT["vocab_size"], KIMI_K25_TEXT["hidden_size"]
 
@@ -67,3 +99,33 @@ def kimi_size_verifier(
     sizes = {"vocab_size": vocab, "hidden_size": hidden, "rms_norm_eps": 1e-5}
     text = mla_text(**{**KIMI_K25_TEXT, **sizes})
     return write_kimi_k25_skeleton(path, text, dtype=torch.bfloat16)
+
+
+def export_and_vllm_check(
+    ckpt: Path,
+    out: Path,
+    verifier: Path,
+    hub_id: str,
+    report: Path,
+    keys: tuple[str, ...],
+) -> dict[str, Any]:
+    """Export ``ckpt`` to ``out`` (timed and sized), then run the
+    ``speculators-kimi vllm-check`` command on it and keep ``keys`` of its JSON
+    report (or its stderr's tail where it fails): the Kimi-size benchmarks' row."""
+    from speculators_kimi.export import export_draft
+
+    row: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    export_draft(ckpt, out, verifier_id=hub_id, verifier=str(verifier), overwrite=True)
+    row["export_seconds"] = round(time.perf_counter() - t0, 1)
+    row["export_bytes"] = (out / "model.safetensors").stat().st_size
+    cmd = [str(Path(sys.executable).parent / "speculators-kimi"), "vllm-check"]
+    cmd += [str(out), "--checkpoint", str(ckpt), "--verifier", str(verifier)]
+    cmd += ["--synthetic-aux-states", "--json", str(report)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        row["vllm_check_failed"] = proc.stderr[-3000:]
+    else:
+        check = json.loads(report.read_text())
+        row["vllm_check"] = {key: check.get(key) for key in keys}
+    return row

@@ -35,7 +35,6 @@ CPU). Failures (OOM, unsupported) are recorded as errors, never as numbers.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import math
 import statistics
 import sys
@@ -52,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench_common import device_name  # noqa: E402  (this directory)
+from bench_common import kernel_report, timing_method  # noqa: E402  (this directory)
 
 from speculators_kimi.cli_args import save_json_report  # noqa: E402
 from speculators_kimi.kernels import document_layout, draft_attention  # noqa: E402
@@ -502,7 +501,6 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds = 1 if args.quick else 3
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    import triton
 
     from speculators_kimi.kernels.jit import interpreting
 
@@ -511,15 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     timer = Timer(device, args.warmup, args.rep)
     result: dict[str, Any] = {
-        "benchmark": "draft_attention",
-        "device": device_name(device),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "quick": args.quick,
-        "timing": "triton.testing.do_bench median"
-        if device.type == "cuda"
-        else "perf_counter median (interpreter; not a performance figure)",
+        **kernel_report("draft_attention", device, args.quick),
+        "timing": timing_method(device),
         "results": [],
         "configs": [],
     }

@@ -39,7 +39,7 @@ timings, never a performance figure; flex backward is skipped: it has none on CP
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import contextlib
 import functools
 import math
 import multiprocessing
@@ -48,7 +48,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench_common import device_name  # noqa: E402  (this directory)
+from bench_common import kernel_report, timing_method  # noqa: E402  (this directory)
 from draft_attention import (  # noqa: E402  (this directory)
     Timer,
     build_impls,
@@ -430,6 +430,23 @@ class Run:
         if self.args.out is not None:
             save_json_report(self.result, self.args.out, show=False)
 
+    @contextlib.contextmanager
+    def recorded(
+        self, records: list[dict[str, Any]], base: dict[str, Any]
+    ) -> Iterator[None]:
+        """One case of a part: an error (out of memory, say: the next case may
+        fit) is recorded as ``base`` with its text and the part goes on, unless
+        the device is lost (:func:`is_fatal`); the report is written either way."""
+        try:
+            yield
+        except Exception as exc:
+            traceback.print_exc()
+            records.append(dict(base, error=error_text(exc)))
+            if is_fatal(str(exc)):
+                self.write()
+                raise
+        self.write()
+
     def bench(self, fn: Callable[[], Any]) -> float:
         return self.timer(fn)
 
@@ -447,7 +464,7 @@ def part_timings(run: Run, shapes: list[Shape]) -> None:
                 case = make_case(shape, args.n, docs, step + 1, run.dtype, run.device)
                 base = case.describe()
                 print(f"timings {base}", flush=True)
-                try:
+                with run.recorded(records, base):
                     launches, firsts = recorded_and_run(case)
                     lengths = doc_lengths(case.document_ids)
                     fwd_flops, bwd_flops = useful_flops(
@@ -488,13 +505,6 @@ def part_timings(run: Run, shapes: list[Shape]) -> None:
                         f"bwd {bwd_ms:.3f} ms",
                         flush=True,
                     )
-                except Exception as exc:
-                    traceback.print_exc()
-                    records.append(dict(base, error=error_text(exc)))
-                    if is_fatal(str(exc)):
-                        run.write()
-                        raise
-                run.write()
 
 
 def launcher_times(
@@ -553,15 +563,8 @@ def part_sweep(
                 shape, args.n, docs, args.sweep_step + 1, run.dtype, run.device
             )
             print(f"sweep {case.describe()}", flush=True)
-            try:
+            with run.recorded(records, case.describe()):
                 sweep_case(run, case, candidates)
-            except Exception as exc:  # e.g. out of memory: the next shape may fit
-                traceback.print_exc()
-                records.append(dict(case.describe(), error=error_text(exc)))
-                if is_fatal(str(exc)):
-                    run.write()
-                    raise
-            run.write()
             if run.result.get("sweep_cut_short") or run.result.get("sweep_stopped"):
                 return
 
@@ -728,15 +731,8 @@ def part_profile(run: Run, shapes: list[Shape]) -> None:
                         return
                     base = dict(case.describe(), impl=impl)
                     print(f"profile {base}", flush=True)
-                    try:
+                    with run.recorded(records, base):
                         records.append(dict(base, **profile_one(run, case, impl)))
-                    except Exception as exc:
-                        traceback.print_exc()
-                        records.append(dict(base, error=error_text(exc)))
-                        if is_fatal(str(exc)):
-                            run.write()
-                            raise
-                    run.write()
 
 
 def profile_one(run: Run, case: Case, impl: str) -> dict[str, Any]:
@@ -948,20 +944,11 @@ def main(argv: list[str] | None = None) -> int:
     candidates.update(parse_candidates(args.candidates))
     dtype = getattr(torch, args.dtype)
 
-    import triton
-
     timer = Timer(device, args.warmup, args.rep)
     result: dict[str, Any] = {
-        "benchmark": "kernel_tiles",
-        "device": device_name(device),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "quick": quick,
+        **kernel_report("kernel_tiles", device, quick),
         "interpreter_timings": device.type != "cuda",
-        "timing": "triton.testing.do_bench median"
-        if device.type == "cuda"
-        else "perf_counter median (interpreter; not a performance figure)",
+        "timing": timing_method(device),
         "arguments": {k: v for k, v in vars(args).items() if k != "out"},
         "candidates": candidates,
         "tolerance": {

@@ -20,7 +20,6 @@ import argparse
 import datetime as dt
 import gc
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 from bench_common import (  # this directory
     KIMI_VOCAB,
     cpu_model,
+    export_and_vllm_check,
     kimi_size_verifier,
     process_memory,
 )
@@ -37,6 +37,18 @@ from speculators_kimi.cli_args import save_json_report
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT_VOCAB = 32000
 HUB_ID = "moonshotai/Kimi-K2.5"
+#: What each layout's row keeps of the vllm-check report.
+CHECK_KEYS = (
+    "layout",
+    "draft_class",
+    "aux_states",
+    "parameters_not_loaded",
+    "shared_from_verifier",
+    "embedding_rows_equal_ours",
+    "one_step",
+    "memory",
+    "check_seconds",
+)
 
 
 def build_checkpoint(verifier: Path, arch: str, out: Path) -> dict:
@@ -87,8 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    from speculators_kimi.export import export_draft
-
     verifier = args.work / "kimi-k2.5"
     if not (verifier / "config.json").is_file():
         kimi_size_verifier(verifier)
@@ -103,35 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     for arch in args.arch:
         ckpt, out = args.work / f"ckpt-{arch}", args.work / f"export-{arch}"
         row = build_checkpoint(verifier, arch, ckpt)
-        t0 = time.perf_counter()
-        export_draft(
-            ckpt, out, verifier_id=HUB_ID, verifier=str(verifier), overwrite=True
+        row |= export_and_vllm_check(
+            ckpt, out, verifier, HUB_ID, args.work / f"vllm-{arch}.json", CHECK_KEYS
         )
-        row["export_seconds"] = round(time.perf_counter() - t0, 1)
-        row["export_bytes"] = (out / "model.safetensors").stat().st_size
-        report = args.work / f"vllm-{arch}.json"
-        cmd = [str(Path(sys.executable).parent / "speculators-kimi"), "vllm-check"]
-        cmd += [str(out), "--checkpoint", str(ckpt), "--verifier", str(verifier)]
-        cmd += ["--synthetic-aux-states", "--json", str(report)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            row["vllm_check_failed"] = proc.stderr[-3000:]
-        else:
-            check = json.loads(report.read_text())
-            row["vllm_check"] = {
-                key: check.get(key)
-                for key in (
-                    "layout",
-                    "draft_class",
-                    "aux_states",
-                    "parameters_not_loaded",
-                    "shared_from_verifier",
-                    "embedding_rows_equal_ours",
-                    "one_step",
-                    "memory",
-                    "check_seconds",
-                )
-            }
         result["layouts"][arch] = row
         print(json.dumps({arch: row}, indent=2), flush=True)
     result["benchmark_process"] = process_memory()

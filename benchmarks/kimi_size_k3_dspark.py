@@ -19,7 +19,6 @@ import argparse
 import datetime as dt
 import gc
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 from bench_common import (  # this directory
     KIMI_VOCAB,
     cpu_model,
+    export_and_vllm_check,
     kimi_size_verifier,
     process_memory,
 )
@@ -80,29 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    from speculators_kimi.export import export_draft
-
     verifier = args.work / "kimi-k2.5"
     if not (verifier / "config.json").is_file():
         kimi_size_verifier(verifier)
     ckpt, out = args.work / "ckpt-k3-dspark", args.work / "export-k3-dspark"
     row = build_checkpoint(verifier, args.layers, ckpt)
-    t0 = time.perf_counter()
-    export_draft(ckpt, out, verifier_id=HUB_ID, verifier=str(verifier), overwrite=True)
-    row["export_seconds"] = round(time.perf_counter() - t0, 1)
-    row["export_bytes"] = (out / "model.safetensors").stat().st_size
+    keys = ("layout", "draft_module", "aux_states", "parameters_not_loaded")
+    keys += ("aux_layers", "kv_cache_pages", "one_step", "memory", "check_seconds")
     report = args.work / "vllm-k3-dspark.json"
-    cmd = [str(Path(sys.executable).parent / "speculators-kimi"), "vllm-check"]
-    cmd += [str(out), "--checkpoint", str(ckpt), "--verifier", str(verifier)]
-    cmd += ["--synthetic-aux-states", "--json", str(report)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        row["vllm_check_failed"] = proc.stderr[-3000:]
-    else:
-        check = json.loads(report.read_text())
-        keys = ("layout", "draft_module", "aux_states", "parameters_not_loaded")
-        keys += ("aux_layers", "kv_cache_pages", "one_step", "memory")
-        row["vllm_check"] = {key: check.get(key) for key in (*keys, "check_seconds")}
+    row |= export_and_vllm_check(ckpt, out, verifier, HUB_ID, report, keys)
     result = {
         "benchmark": "kimi_size_k3_dspark",
         "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -41,6 +41,7 @@ __all__ = [
     "SERVE_METHOD",
     "BlockCausality",
     "block_serving_config",
+    "check_markov_head",
     "refuse_unservable",
     "trained_causality",
 ]
@@ -135,18 +136,27 @@ def _causality(config: dict[str, Any], algorithm: str) -> BlockCausality:
     )
 
 
-def _check_dspark(config: dict[str, Any]) -> None:
+def check_markov_head(config: dict[str, Any], served_by: str, why: str = "") -> None:
+    """Refuse a DSpark Markov head that vLLM's DSpark class ``served_by`` cannot
+    hold (it has only the vanilla head's weights); ``why`` quotes its own check."""
     rank = int(config.get("markov_rank", 256))
     head = config.get("markov_head_type", "vanilla")
     if rank <= 0 or head != "vanilla":
         raise ExportError(
             f"the DSpark draft has markov_head_type {head!r}, markov_rank {rank}; "
-            "vLLM 0.34's Qwen3DSparkForCausalLM holds only the vanilla Markov head "
-            "(markov_w1, markov_w2) with a positive rank (its own check: "
-            "'DSpark currently requires markov_head_type=vanilla', 'requires a "
-            "positive integer markov_rank'): retrain with --markov-head-type "
-            "vanilla and --markov-rank > 0"
+            f"{served_by} holds only the vanilla Markov head "
+            f"(markov_w1, markov_w2) with a positive rank{why}: retrain with "
+            "--markov-head-type vanilla and --markov-rank > 0"
         )
+
+
+def _check_dspark(config: dict[str, Any]) -> None:
+    check_markov_head(
+        config,
+        "vLLM 0.34's Qwen3DSparkForCausalLM",
+        " (its own check: 'DSpark currently requires markov_head_type=vanilla', "
+        "'requires a positive integer markov_rank')",
+    )
 
 
 def _check_dflash(config: dict[str, Any], algorithm: str) -> None:

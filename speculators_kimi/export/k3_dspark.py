@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .block import check_markov_head
 from .errors import ExportError
 
 __all__ = [
@@ -112,15 +113,7 @@ def _refuse(config: dict[str, Any]) -> None:
             "the MLA DSpark draft has no q_lora_rank; vLLM's K3DSparkConfig "
             "refuses it ('MLA DSpark does not support q_lora_rank=None')"
         )
-    rank = int(config.get("markov_rank", 256))
-    head = config.get("markov_head_type", "vanilla")
-    if rank <= 0 or head != "vanilla":
-        raise ExportError(
-            f"the DSpark draft has markov_head_type {head!r}, markov_rank {rank}; "
-            "vLLM's K3DSparkForCausalLM holds only the vanilla Markov head "
-            "(markov_w1, markov_w2) with a positive rank: retrain with "
-            "--markov-head-type vanilla and --markov-rank > 0"
-        )
+    check_markov_head(config, "vLLM's K3DSparkForCausalLM")
     if not config.get("sample_from_anchor", True):
         raise ExportError(
             "the MLA DSpark draft was trained without sample_from_anchor; vLLM's "

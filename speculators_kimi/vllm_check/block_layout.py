@@ -35,7 +35,9 @@ from typing import Any
 from .draft import (
     aux_source,
     build_draft,
-    export_tensors,
+    nan_fill,
+    not_loaded,
+    recorded_tensors,
     serve_report,
     vllm_version,
 )
@@ -155,7 +157,6 @@ def _build(hf_config, request: CheckRequest, target_layers: int, target_vocab: i
 def _load(draft, config, request: CheckRequest, ours) -> dict:  # type: ignore[no-untyped-def]
     """NaN-fill, load the export with vLLM's ``load_weights``, post-process, and
     share the verifier's embedding / head where vLLM's ``_should_share`` does."""
-    import torch
     from vllm.config import set_current_vllm_config
     from vllm.v1.worker.gpu.spec_decode.eagle.utils import _should_share
 
@@ -163,19 +164,10 @@ def _load(draft, config, request: CheckRequest, ours) -> dict:  # type: ignore[n
     # mask_embedding: a placeholder vLLM's loader skips unless the draft ships a
     # mask_embedding.pt (DFlash) and never reads for DSpark.
     skipped = {"model.mask_embedding"}
-    with torch.no_grad():
-        for name, p in draft.named_parameters():
-            if name not in skipped:
-                p.fill_(float("nan")) if p.is_floating_point() else p.fill_(-1)
+    nan_fill(draft, skipped)
     names: list[str] = []
-
-    def stream():  # type: ignore[no-untyped-def]
-        for name, tensor in export_tensors(request.export):
-            names.append(name)
-            yield name, tensor
-
     with set_current_vllm_config(config):
-        draft.load_weights(stream())
+        draft.load_weights(recorded_tensors(request.export, names))
         draft.process_weights_after_loading()
     shared = []
     if _should_share(
@@ -191,16 +183,10 @@ def _load(draft, config, request: CheckRequest, ours) -> dict:  # type: ignore[n
     ):
         draft.lm_head.weight.data = ours.lm_head.weight.detach().clone()
         shared.append("lm_head.weight")
-    unloaded = [
-        name
-        for name, p in draft.named_parameters()
-        if name not in skipped
-        and (p.isnan().any() if p.is_floating_point() else (p < 0).all())
-    ]
     return {
         "tensors": sorted(names),
         "shared_from_verifier": shared,
-        "parameters_not_loaded": unloaded,
+        "parameters_not_loaded": not_loaded(draft, skipped),
         "not_filled_unused_by_vllm": sorted(skipped),
     }
 

@@ -3,6 +3,8 @@ and one draft step compared with ours."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from .request import CheckRequest
 from .stubs import init_single_process
 
@@ -14,9 +16,13 @@ __all__ = [
     "build_draft",
     "check_draft",
     "compare_step",
+    "cpu_vllm_config",
     "export_tensors",
     "load_and_check",
     "load_ours",
+    "nan_fill",
+    "not_loaded",
+    "recorded_tensors",
     "serve_report",
     "vllm_step",
 ]
@@ -121,6 +127,52 @@ def export_tensors(export: str):  # type: ignore[no-untyped-def]
             yield name, f.get_tensor(name)
 
 
+def recorded_tensors(export: str, names: list[str]):  # type: ignore[no-untyped-def]
+    """:func:`export_tensors`, each name added to ``names`` as vLLM's loader
+    takes it."""
+    for name, tensor in export_tensors(export):
+        names.append(name)
+        yield name, tensor
+
+
+def nan_fill(draft, skipped: Collection[str] = ()) -> None:  # type: ignore[no-untyped-def]
+    """Every parameter of ``draft`` but ``skipped`` NaN (integers -1), so that
+    what no export tensor reaches shows in :func:`not_loaded`."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in draft.named_parameters():
+            if name not in skipped:
+                p.fill_(float("nan")) if p.is_floating_point() else p.fill_(-1)
+
+
+def not_loaded(draft, skipped: Collection[str] = ()) -> list[str]:  # type: ignore[no-untyped-def]
+    """The parameters of ``draft`` but ``skipped`` still as :func:`nan_fill`
+    left them."""
+    return [
+        name
+        for name, p in draft.named_parameters()
+        if name not in skipped
+        and (p.isnan().any() if p.is_floating_point() else (p < 0).all())
+    ]
+
+
+def cpu_vllm_config(target, spec):  # type: ignore[no-untyped-def]
+    """The ``VllmConfig`` a served draft is built under here: the target's and
+    the speculative config on CPU, with ``custom_ops`` none (vLLM's own switch
+    to each op's forward_native: the compiled vllm._C kernels are absent)."""
+    from vllm.config import CompilationConfig, CompilationMode, DeviceConfig, VllmConfig
+
+    return VllmConfig(
+        model_config=target,
+        speculative_config=spec,
+        device_config=DeviceConfig(device="cpu"),
+        compilation_config=CompilationConfig(
+            mode=CompilationMode.NONE, custom_ops=["none"]
+        ),
+    )
+
+
 def serve_report(request: CheckRequest) -> dict:
     """What ``vllm serve EXPORT`` makes of the export (vLLM's
     ``maybe_override_with_speculators``: the verifier it serves, its
@@ -222,14 +274,8 @@ def load_and_check(draft, config, export: str, rows: PromptRows) -> dict:  # typ
                 continue
             p.fill_(float("nan")) if p.is_floating_point() else p.fill_(-1)
     names: list[str] = []
-
-    def stream():  # type: ignore[no-untyped-def]
-        for name, tensor in export_tensors(export):
-            names.append(name)
-            yield name, tensor
-
     with set_current_vllm_config(config):
-        draft.load_weights(stream())
+        draft.load_weights(recorded_tensors(export, names))
     shared = []
     embedded = any(name.endswith("embed_tokens.weight") for name in names)
     if embedded:

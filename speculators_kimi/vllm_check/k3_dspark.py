@@ -25,7 +25,14 @@ from typing import Any
 
 from ..evaluate.session import cast_draft
 from .block_layout import _compare, _ours_block, block_step_inputs
-from .draft import aux_source, export_tensors, vllm_version
+from .draft import (
+    aux_source,
+    cpu_vllm_config,
+    nan_fill,
+    not_loaded,
+    recorded_tensors,
+    vllm_version,
+)
 from .native_mla import _text_target
 from .request import CheckRequest
 from .stubs import K3_STUBS, bind_k3_kv_caches, init_single_process, stub_k3_dspark
@@ -107,13 +114,9 @@ class _Rows:
 def _configs(request: CheckRequest, target_dir: str):  # type: ignore[no-untyped-def]
     import torch
     from vllm.config import (
-        CompilationConfig,
-        CompilationMode,
-        DeviceConfig,
         ModelConfig,
         ParallelConfig,
         SpeculativeConfig,
-        VllmConfig,
     )
 
     target = ModelConfig(model=target_dir, dtype="float32")
@@ -123,15 +126,7 @@ def _configs(request: CheckRequest, target_dir: str):  # type: ignore[no-untyped
         target_model_config=target,
         target_parallel_config=ParallelConfig(),
     )
-    config = VllmConfig(
-        model_config=target,
-        speculative_config=spec,
-        device_config=DeviceConfig(device="cpu"),
-        # custom_ops none: each op's forward_native (vllm._C is absent here).
-        compilation_config=CompilationConfig(
-            mode=CompilationMode.NONE, custom_ops=["none"]
-        ),
-    )
+    config = cpu_vllm_config(target, spec)
     torch.set_default_dtype(torch.float32)
     return target, spec, config
 
@@ -163,28 +158,16 @@ def _load(draft, config, request: CheckRequest, head) -> dict[str, Any]:  # type
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
-    with torch.no_grad():
-        for _, p in draft.named_parameters():
-            p.fill_(float("nan")) if p.is_floating_point() else p.fill_(-1)
+    nan_fill(draft)
     names: list[str] = []
-
-    def stream():  # type: ignore[no-untyped-def]
-        for name, tensor in export_tensors(request.export):
-            names.append(name)
-            yield name, tensor
-
     with set_current_vllm_config(config):
-        loaded = draft.load_weights(stream())
+        loaded = draft.load_weights(recorded_tensors(request.export, names))
         draft.process_weights_after_loading()
         with torch.device("meta"):  # its weight is the target's, set below
             lm_head = ParallelLMHead(*head.shape)
     lm_head.weight = torch.nn.Parameter(head, requires_grad=False)
     draft.lm_head = lm_head
-    unloaded = [
-        name
-        for name, p in draft.named_parameters()
-        if (p.isnan().any() if p.is_floating_point() else (p < 0).all())
-    ]
+    unloaded = not_loaded(draft)
     return {
         "tensors": sorted(names),
         "loaded_parameters": len(loaded),

@@ -7,7 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .draft import PromptRows, aux_source, check_draft, load_ours, vllm_version
+from .draft import (
+    PromptRows,
+    aux_source,
+    check_draft,
+    cpu_vllm_config,
+    load_ours,
+    vllm_version,
+)
 from .request import CheckRequest
 from .stubs import MLA_STUB, init_single_process, stub_mla_attention
 
@@ -117,11 +124,7 @@ def check_native_mla(request: CheckRequest, exported: dict) -> dict:
 
     import torch
     from vllm.config import (
-        CompilationConfig,
-        CompilationMode,
-        DeviceConfig,
         ModelConfig,
-        VllmConfig,
         set_current_vllm_config,
     )
     from vllm.model_executor.models.registry import ModelRegistry
@@ -152,17 +155,7 @@ def check_native_mla(request: CheckRequest, exported: dict) -> dict:
     torch.set_default_dtype(torch.float32)
 
     def build():  # type: ignore[no-untyped-def]
-        config = VllmConfig(
-            model_config=target,
-            speculative_config=spec,
-            device_config=DeviceConfig(device="cpu"),
-            # custom_ops none: vLLM's own switch to each op's forward_native (the
-            # compiled vllm._C kernels are absent here), as in the speculators
-            # path.
-            compilation_config=CompilationConfig(
-                mode=CompilationMode.NONE, custom_ops=["none"]
-            ),
-        )
+        config = cpu_vllm_config(target, spec)
         with set_current_vllm_config(config):
             init_single_process()
             cls, arch = ModelRegistry.resolve_model_cls(

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run
+from helpers import export_refusal, run
 from safetensors.torch import load_file
 
-from speculators_kimi.export import ExportError, export_draft
+from speculators_kimi.export import export_draft
 from speculators_kimi.export.launch import launch_commands
 
 HUB_ID = "moonshotai/Kimi-K2.5"
@@ -105,17 +105,6 @@ def block_drafts(tmp_path_factory) -> dict[str, Path]:
     return {"verifier": Path(verifier), **drafts}
 
 
-def _edited(ckpt: Path, dest: Path, **changes: object) -> Path:
-    """A copy of ``ckpt`` with top-level config fields changed."""
-    dest.mkdir()
-    for item in ckpt.iterdir():
-        (dest / item.name).write_bytes(item.read_bytes())
-    config = json.loads((dest / "config.json").read_text())
-    config.update(changes)
-    (dest / "config.json").write_text(json.dumps(config))
-    return dest
-
-
 def test_block_exports_write_what_vllm_reads_and_refuse_what_it_cannot(
     block_drafts, tmp_path
 ):
@@ -150,14 +139,8 @@ def test_block_exports_write_what_vllm_reads_and_refuse_what_it_cannot(
     assert spec["method"] == "dflash" and spec["num_speculative_tokens"] == BLOCK - 1
 
     def refused(name: str, **changes: object) -> str:
-        copy = _edited(block_drafts[name], tmp_path / f"bad-{len(tried)}", **changes)
-        tried.append(copy)
-        with pytest.raises(ExportError) as err:
-            export_draft(copy, tmp_path / "never", verifier_id=HUB_ID)
-        assert not (tmp_path / "never").exists()
-        return str(err.value)
+        return export_refusal(block_drafts[name], tmp_path, HUB_ID, **changes)
 
-    tried: list[Path] = []
     layer = json.loads((block_drafts["dflash"] / "config.json").read_text())[
         "transformer_layer_config"
     ]

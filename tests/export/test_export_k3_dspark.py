@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import run
+from helpers import edited_copy, export_refusal, run
 from safetensors.torch import load_file
 
 from speculators_kimi import tiny_verifier as tiny
-from speculators_kimi.export import ExportError, export_draft
+from speculators_kimi.export import export_draft
 from speculators_kimi.export.launch import launch_commands
 
 HUB_ID = "moonshotai/Kimi-K2.5"
@@ -59,16 +59,6 @@ def mla(tmp_path_factory) -> dict[str, Path]:
         draft.save_pretrained(root / algorithm)
         out[algorithm] = root / algorithm
     return out
-
-
-def _edited(ckpt: Path, dest: Path, **changes: object) -> Path:
-    dest.mkdir()
-    for item in ckpt.iterdir():
-        (dest / item.name).write_bytes(item.read_bytes())
-    config = json.loads((dest / "config.json").read_text())
-    config.update(changes)
-    (dest / "config.json").write_text(json.dumps(config))
-    return dest
 
 
 def test_mla_dspark_exports_as_k3_dspark(mla, tmp_path):
@@ -114,16 +104,8 @@ def test_mla_dspark_exports_as_k3_dspark(mla, tmp_path):
 
 def test_export_refuses_what_k3_dspark_cannot_serve(mla, tmp_path):
     def refused(name: str, **changes: object) -> str:
-        src = mla[name]
-        if changes:
-            src = _edited(src, tmp_path / f"bad-{len(tried)}", **changes)
-        tried.append(src)
-        with pytest.raises(ExportError) as err:
-            export_draft(src, tmp_path / "never", verifier_id=HUB_ID)
-        assert not (tmp_path / "never").exists()
-        return str(err.value)
+        return export_refusal(mla[name], tmp_path, HUB_ID, **changes)
 
-    tried: list[Path] = []
     assert "DFlash drafts only with Qwen3 layers" in refused("dflash")
     assert "draft_vocab_size == vocab_size" in refused("dspark", draft_vocab_size=256)
     assert "only the vanilla Markov head" in refused("dspark", markov_head_type="gated")
@@ -142,7 +124,7 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
     from speculators_kimi.vllm_check.request import CheckRequest
 
     export_draft(mla["dspark"], tmp_path / "out", verifier_id=HUB_ID)
-    shifted = _edited(tmp_path / "out", tmp_path / "shifted")
+    shifted = edited_copy(tmp_path / "out", tmp_path / "shifted")
     config = json.loads((shifted / "config.json").read_text())
     config["target_layer_ids"] = [i + 1 for i in config["target_layer_ids"]]
     (shifted / "config.json").write_text(json.dumps(config))
@@ -154,7 +136,7 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
     yarn = {"rope_type": "yarn", "rope_theta": 50000.0, "factor": 8.0}
     yarn |= {"original_max_position_embeddings": 128, "beta_fast": 1.0}
     yarn |= {"beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
-    yarn_ckpt = _edited(
+    yarn_ckpt = edited_copy(
         mla["dspark"],
         tmp_path / "yarn-ckpt",
         transformer_layer_config={**layer, "rope_parameters": yarn},

@@ -11,7 +11,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from vendorlib.pin import load_pin
+from vendorlib.pin import Hunk, Unit, load_pin, load_series
 from vendorlib.proc import captured
 from vendorlib.sdist import extract_all, obtain
 
@@ -27,6 +27,15 @@ def pinned_sdist() -> Path:
     """The verified upstream sdist (downloaded into the cache on first use)."""
     pin = load_pin(ROOT)
     return obtain(pin.name, pin.version, pin.sdist, pin.sha256)
+
+
+def first_changed_hunk(project: Path) -> tuple[Unit, Hunk]:
+    """The first unit that changes an upstream file, and its first such hunk."""
+    for unit in load_series(project):
+        changed = [h for h in unit.hunks() if unit.files()[h.file] == "M"]
+        if changed:
+            return unit, changed[0]
+    raise AssertionError("no unit changes an upstream file")
 
 
 def clean_copy(dest: Path) -> Path:
@@ -113,6 +122,37 @@ def snapshot(directory: Path) -> dict[str, bytes]:
         for p in sorted(directory.rglob("*"))
         if p.is_file()
     }
+
+
+def edited_copy(ckpt: Path, dest: Path, **changes: object) -> Path:
+    """A copy of checkpoint ``ckpt`` at ``dest`` with top-level config fields
+    changed."""
+    dest.mkdir()
+    for item in ckpt.iterdir():
+        (dest / item.name).write_bytes(item.read_bytes())
+    config = json.loads((dest / "config.json").read_text())
+    config.update(changes)
+    (dest / "config.json").write_text(json.dumps(config))
+    return dest
+
+
+def export_refusal(
+    ckpt: Path, scratch: Path, verifier_id: str, **changes: object
+) -> str:
+    """Why ``export_draft`` refuses ``ckpt`` (with ``changes`` made to a fresh
+    copy under ``scratch`` first), after checking that it wrote nothing."""
+    import pytest
+
+    from speculators_kimi.export import ExportError, export_draft
+
+    if changes:
+        ckpt = edited_copy(
+            ckpt, scratch / f"bad-{len(list(scratch.glob('bad-*')))}", **changes
+        )
+    with pytest.raises(ExportError) as err:
+        export_draft(ckpt, scratch / "never", verifier_id=verifier_id)
+    assert not (scratch / "never").exists()
+    return str(err.value)
 
 
 def demo_command(out: Path, *extra: str) -> list[str]:

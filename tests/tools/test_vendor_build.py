@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run, snapshot, vendor
-from vendorlib.pin import Hunk, Unit, load_series
+from helpers import first_changed_hunk, run, snapshot, vendor
+from vendorlib.pin import load_series
 from vendorlib.pytest_run import run_pytest, tree_env
 from vendorlib.unit_files import own_test_files, tree_test_files
 
@@ -31,15 +31,6 @@ def pip_install_target(project: Path, target: Path, sdist: Path) -> str:
     assert proc.returncode != 0, "the build was expected to fail"
     assert not (target / "speculators").exists(), "a failed build installed files"
     return proc.stdout + proc.stderr
-
-
-def first_changed_hunk(project: Path) -> tuple[Unit, Hunk]:
-    """The first unit that changes an upstream file, and its first such hunk."""
-    for unit in load_series(project):
-        changed = [h for h in unit.hunks() if unit.files()[h.file] == "M"]
-        if changed:
-            return unit, changed[0]
-    raise AssertionError("no unit changes an upstream file")
 
 
 def test_hash_mismatch_stops_the_build(project_copy, tmp_path, upstream_sdist):

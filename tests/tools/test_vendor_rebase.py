@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import extract_tar, run, snapshot, vendor
-from vendorlib.pin import Hunk, Unit, load_series
+from helpers import extract_tar, first_changed_hunk, run, snapshot, vendor
+from vendorlib.pin import load_series
 from vendorlib.units import apply_unit
 
 NEW = "0.9.1"
@@ -66,15 +66,6 @@ def status_of(out: str, unit: str) -> str:
     m = re.search(rf"^  {re.escape(unit)}: (.+)$", out, re.M)
     assert m, f"no result for {unit} in:\n{out}"
     return m[1]
-
-
-def first_changed_hunk(project: Path) -> tuple[Unit, Hunk]:
-    """The first unit that changes an upstream file, and its first such hunk."""
-    for unit in load_series(project):
-        changed = [h for h in unit.hunks() if unit.files()[h.file] == "M"]
-        if changed:
-            return unit, changed[0]
-    raise AssertionError("no unit changes an upstream file")
 
 
 def untouched_file(project: Path, tree_names: list[str]) -> str:

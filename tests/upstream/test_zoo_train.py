@@ -200,6 +200,19 @@ def _train_step_in_process(argv: list[str]) -> torch.nn.Module:
 THROUGH_THE_CLI = ("llama", "kimi-k25")
 
 
+def _trained_through_the_cli(
+    cmd: list[str], cwd: Path, save: Path
+) -> tuple[Path, dict]:
+    """Run ``speculators train`` (``cmd``, saving under ``save``): its checkpoint,
+    checked to have taken :data:`STEPS` steps, and that checkpoint's config."""
+    proc = run(cmd, cwd=cwd, timeout=900)
+    out = proc.stdout + proc.stderr
+    ckpt = save / "checkpoints" / "0"
+    state = json.loads((ckpt / "training_state.json").read_text())
+    assert state["global_step"] == STEPS, out[-3000:]
+    return ckpt, json.loads((ckpt / "config.json").read_text())
+
+
 @pytest.mark.parametrize(
     "member",
     [
@@ -227,12 +240,7 @@ def test_zoo_member_trains(member, tmp_path):
     cmd += zoo.train_args
     if member in THROUGH_THE_CLI:
         cmd[0] = str(BIN / "speculators")
-        proc = run(cmd, cwd=tmp_path, timeout=900)
-        out = proc.stdout + proc.stderr
-        ckpt = save / "checkpoints" / "0"
-        state = json.loads((ckpt / "training_state.json").read_text())
-        assert state["global_step"] == STEPS, out[-3000:]
-        config = json.loads((ckpt / "config.json").read_text())
+        ckpt, config = _trained_through_the_cli(cmd, tmp_path, save)
         assert config["eagle_aux_hidden_state_layer_ids"] == res.target_layer_ids
 
         from speculators import SpeculatorModel
@@ -277,12 +285,7 @@ def test_mla_draft_trains_through_the_cli(tmp_path):
     spec = tiny.TinyVerifierSpec()
     argv = tiny.train_command(spec, zoo.path, data, tmp_path / "run", max_steps=STEPS)
     cmd = [str(BIN / "speculators"), *argv[1:], "--draft-arch", "deepseek_v3"]
-    proc = run(cmd, cwd=tmp_path, timeout=900)
-    out = proc.stdout + proc.stderr
-    ckpt = tmp_path / "run" / "checkpoints" / "0"
-    state = json.loads((ckpt / "training_state.json").read_text())
-    assert state["global_step"] == STEPS, out[-3000:]
-    config = json.loads((ckpt / "config.json").read_text())
+    ckpt, config = _trained_through_the_cli(cmd, tmp_path, tmp_path / "run")
     layer = config["transformer_layer_config"]
     assert layer["model_type"] == "deepseek_v3"
     text = json.loads((zoo.path / "config.json").read_text())["text_config"]
@@ -322,12 +325,7 @@ def test_mla_dspark_trains_through_the_cli(tmp_path):
         extra=block,
     )
     cmd = [str(BIN / "speculators"), "train", *train_args(args)]
-    proc = run(cmd, cwd=tmp_path, timeout=900)
-    out = proc.stdout + proc.stderr
-    ckpt = save / "checkpoints" / "0"
-    state = json.loads((ckpt / "training_state.json").read_text())
-    assert state["global_step"] == STEPS, out[-3000:]
-    config = json.loads((ckpt / "config.json").read_text())
+    ckpt, config = _trained_through_the_cli(cmd, tmp_path, save)
     assert config["speculators_model_type"] == "dspark"
     layer = config["transformer_layer_config"]
     assert layer["model_type"] == "deepseek_v3"
