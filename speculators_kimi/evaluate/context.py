@@ -3,9 +3,12 @@
 A draft trained on short sequences can collapse past them, while serving runs
 long contexts; so acceptance is reported per bucket of the context length at
 which each verification step happens, and evaluation warns, before decoding,
-when it will reach positions past the training length (``total_seq_len`` in the
-``run.yaml`` that ``speculators train`` writes beside its checkpoints) or past
-the draft's own position limit.
+when it will reach positions past the training length or past the draft's own
+position limit. The training length is the longest position training showed the
+draft: upstream's trainer restarts positions at every row of the prepared data
+(`train/data.py`), so it is the data's longest row, capped by ``total_seq_len``
+(both from the ``run.yaml`` that ``speculators train`` writes beside its
+checkpoints), not ``total_seq_len`` alone.
 """
 
 from __future__ import annotations
@@ -34,12 +37,31 @@ FIRST_EDGE = 64
 class DraftLengths:
     """What a draft checkpoint says about the lengths it handles (None: unknown)."""
 
-    trained: int | None  # total_seq_len of its training run
+    trained: int | None  # the longest position its training showed it
     trained_source: Path | None  # the run.yaml it was read from
     position_limit: int | None  # its layers' max_position_embeddings
+    trained_from: str = "total_seq_len"  # what ``trained`` is, in words
 
 
-def _trained_length(checkpoint: Path) -> tuple[int | None, Path | None]:
+def _longest_row(run_yaml: Path, data_path: str | None) -> tuple[int, Path] | None:
+    """The prepared data's longest row (its ``seq_len`` column) and where the data
+    is; None when it is not found there (moved, or no ``seq_len`` column)."""
+    if not data_path:
+        return None
+    path = Path(data_path)
+    for where in (
+        [path] if path.is_absolute() else [Path.cwd() / path, run_yaml.parent / path]
+    ):
+        if (where / "dataset_info.json").is_file():
+            from datasets import load_from_disk
+
+            rows = load_from_disk(str(where))
+            if "seq_len" in rows.column_names and len(rows):
+                return int(max(rows.with_format(None)["seq_len"])), where
+    return None
+
+
+def _trained_length(checkpoint: Path) -> tuple[int | None, Path | None, str]:
     import yaml
 
     for run_yaml in (checkpoint / "run.yaml", checkpoint.parent / "run.yaml"):
@@ -47,22 +69,30 @@ def _trained_length(checkpoint: Path) -> tuple[int | None, Path | None]:
             run = yaml.safe_load(run_yaml.read_text()) or {}
             data = (run.get("train") or {}).get("data") or {}
             if "total_seq_len" in data:
-                return int(data["total_seq_len"]), run_yaml
-            # upstream's default, when the run did not set it
-            from speculators.train.config.schema import DataArgs
+                total = int(data["total_seq_len"])
+            else:  # upstream's default, when the run did not set it
+                from speculators.train.config.schema import DataArgs
 
-            return int(DataArgs().total_seq_len), run_yaml
-    return None, None
+                total = int(DataArgs().total_seq_len)
+            longest = _longest_row(run_yaml, data.get("data_path"))
+            if longest is not None and longest[0] < total:
+                why = (
+                    f"the longest row of its data {longest[1]}; positions restart "
+                    f"at every row, whatever total_seq_len ({total})"
+                )
+                return longest[0], run_yaml, why
+            return total, run_yaml, "total_seq_len"
+    return None, None, "total_seq_len"
 
 
 def draft_lengths(checkpoint: str | Path) -> DraftLengths:
     """The training length and position limit of the draft at ``checkpoint``."""
     checkpoint = Path(checkpoint).resolve()
-    trained, source = _trained_length(checkpoint)
+    trained, source, why = _trained_length(checkpoint)
     config = json.loads((checkpoint / "config.json").read_text())
     layer = config.get("transformer_layer_config") or {}
     limit = layer.get("max_position_embeddings")
-    return DraftLengths(trained, source, int(limit) if limit else None)
+    return DraftLengths(trained, source, int(limit) if limit else None, why)
 
 
 def length_warnings(
@@ -83,8 +113,8 @@ def length_warnings(
     if lengths.trained is not None and reach > lengths.trained:
         found.append(
             f"{where}, past the {lengths.trained} tokens the draft was trained on "
-            f"(total_seq_len in {lengths.trained_source}): expect acceptance to "
-            "drop there; see the per-bucket figures"
+            f"({lengths.trained_from} in {lengths.trained_source}): expect "
+            "acceptance to drop there; see the per-bucket figures"
         )
     if lengths.position_limit is not None and reach > lengths.position_limit:
         found.append(

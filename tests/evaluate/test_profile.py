@@ -141,6 +141,24 @@ def test_draft_lengths_come_from_the_runs_yaml_and_the_draft_config(tmp_path):
     run_yaml = tmp_path / "checkpoints" / "run.yaml"
     run_yaml.write_text("train:\n  data:\n    total_seq_len: 256\n")
     assert draft_lengths(checkpoint) == DraftLengths(256, run_yaml, 2048)
+    # Positions restart at every row: the data's longest row bounds what the
+    # draft saw, when it is shorter than total_seq_len (a real prepared dataset).
+    from datasets import Dataset
+
+    rows = {"input_ids": [[1] * n for n in (50, 117, 80)], "seq_len": [50, 117, 80]}
+    Dataset.from_dict(rows).save_to_disk(str(tmp_path / "data"))
+    run_yaml.write_text(
+        f"train:\n  data:\n    total_seq_len: 256\n    data_path: {tmp_path / 'data'}\n"
+    )
+    lengths = draft_lengths(checkpoint)
+    assert (lengths.trained, lengths.position_limit) == (117, 2048)
+    assert "longest row" in lengths.trained_from
+    warning = length_warnings([120], 8, lengths)[0]
+    assert "past the 117 tokens" in warning and str(tmp_path / "data") in warning
+    run_yaml.write_text(  # rows as long as total_seq_len: it is the bound
+        f"train:\n  data:\n    total_seq_len: 100\n    data_path: {tmp_path / 'data'}\n"
+    )
+    assert draft_lengths(checkpoint) == DraftLengths(100, run_yaml, 2048)
 
 
 def _run(tmp_path: Path, losses: dict[int, float | None]) -> Path:
