@@ -444,7 +444,8 @@ def h200_estimate(degrees: tuple[int, ...] = (1, 2, 4, 8)) -> dict[str, Any]:
     the degree, 2.00x and 3.89-3.99x at 1-4K tokens), plus what every rank holds
     whole: one query block's mask (``QUERY_BLOCK x T N`` booleans and sdpa's
     additive bf16 copy) and the ids, positions and loss mask (25 bytes a
-    token). The MLA draft has no ``--sp-size`` yet (``check_sp_size``).
+    token). The MLA draft trains under ``--sp-size``, but its rows past degree 1
+    are not estimated: its per-rank peak was not measured against the degree.
     """
     rows = []
     for draft, (trainable, frozen, per_token) in KIMI_DRAFTS.items():
