@@ -27,6 +27,7 @@ __all__ = [
     "call_with_args",
     "emit_report",
     "placement_from_args",
+    "placement_of",
     "verifier_weight_kwargs",
 ]
 
@@ -117,17 +118,29 @@ def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
 
 def placement_from_args(args: argparse.Namespace) -> Placement | None:
     """The :class:`~speculators_kimi.verifier.loading.Placement` asked for, or None."""
+    return placement_of(args.device_map, args.max_memory, args.offload_folder)
+
+
+def placement_of(
+    device_map: str | None, max_memory: str | None, offload_folder: str | None
+) -> Placement | None:
+    """The placement of these ``--device-map``, ``--max-memory`` and
+    ``--offload-folder`` values, or None.
+
+    :raises CommandError: ``--max-memory`` or ``--offload-folder`` without
+        ``--device-map``.
+    """
     from .errors import CommandError
     from .verifier.loading import Placement, parse_max_memory
 
-    if args.device_map is None:
-        if args.max_memory or args.offload_folder:
+    if device_map is None:
+        if max_memory or offload_folder:
             raise CommandError("--max-memory and --offload-folder need --device-map")
         return None
     return Placement(
-        device_map=args.device_map,
-        max_memory=parse_max_memory(args.max_memory) if args.max_memory else None,
-        offload_folder=args.offload_folder,
+        device_map=device_map,
+        max_memory=parse_max_memory(max_memory) if max_memory else None,
+        offload_folder=offload_folder,
     )
 
 
