@@ -9,12 +9,10 @@ library takes.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .verifier.loading import Placement
@@ -24,34 +22,11 @@ __all__ = [
     "add_json_argument",
     "add_placement_arguments",
     "add_verifier_weight_arguments",
-    "call_with_args",
     "emit_report",
     "placement_from_args",
     "placement_of",
     "verifier_weight_kwargs",
 ]
-
-T = TypeVar("T")
-
-
-def call_with_args(
-    target: Callable[..., T], args: argparse.Namespace, **given: Any
-) -> T:
-    """``target`` (a library function or an options dataclass) called with each of
-    its parameters read from the parsed flag of the same name.
-
-    The one mapping from a command line to the library: the library takes its own
-    typed arguments, never the Namespace. ``given`` holds what a command computes
-    from its flags instead of passing them on as parsed; a parameter with neither
-    a flag nor a given value keeps its default.
-    """
-    kwargs = {
-        name: getattr(args, name)
-        for name in inspect.signature(target).parameters
-        if name not in given and hasattr(args, name)
-    }
-    return target(**kwargs, **given)
-
 
 #: The verifier-weight overrides of ``speculators train``, by flag: the same
 #: spelling and meaning in every command that resolves a verifier's weights.
