@@ -9,12 +9,10 @@ library takes.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .verifier.loading import Placement
@@ -24,33 +22,11 @@ __all__ = [
     "add_json_argument",
     "add_placement_arguments",
     "add_verifier_weight_arguments",
-    "call_with_args",
     "emit_report",
     "placement_from_args",
+    "placement_of",
     "verifier_weight_kwargs",
 ]
-
-T = TypeVar("T")
-
-
-def call_with_args(
-    target: Callable[..., T], args: argparse.Namespace, **given: Any
-) -> T:
-    """``target`` (a library function or an options dataclass) called with each of
-    its parameters read from the parsed flag of the same name.
-
-    The one mapping from a command line to the library: the library takes its own
-    typed arguments, never the Namespace. ``given`` holds what a command computes
-    from its flags instead of passing them on as parsed; a parameter with neither
-    a flag nor a given value keeps its default.
-    """
-    kwargs = {
-        name: getattr(args, name)
-        for name in inspect.signature(target).parameters
-        if name not in given and hasattr(args, name)
-    }
-    return target(**kwargs, **given)
-
 
 #: The verifier-weight overrides of ``speculators train``, by flag: the same
 #: spelling and meaning in every command that resolves a verifier's weights.
@@ -117,17 +93,29 @@ def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
 
 def placement_from_args(args: argparse.Namespace) -> Placement | None:
     """The :class:`~speculators_kimi.verifier.loading.Placement` asked for, or None."""
+    return placement_of(args.device_map, args.max_memory, args.offload_folder)
+
+
+def placement_of(
+    device_map: str | None, max_memory: str | None, offload_folder: str | None
+) -> Placement | None:
+    """The placement of these ``--device-map``, ``--max-memory`` and
+    ``--offload-folder`` values, or None.
+
+    :raises CommandError: ``--max-memory`` or ``--offload-folder`` without
+        ``--device-map``.
+    """
     from .errors import CommandError
     from .verifier.loading import Placement, parse_max_memory
 
-    if args.device_map is None:
-        if args.max_memory or args.offload_folder:
+    if device_map is None:
+        if max_memory or offload_folder:
             raise CommandError("--max-memory and --offload-folder need --device-map")
         return None
     return Placement(
-        device_map=args.device_map,
-        max_memory=parse_max_memory(args.max_memory) if args.max_memory else None,
-        offload_folder=args.offload_folder,
+        device_map=device_map,
+        max_memory=parse_max_memory(max_memory) if max_memory else None,
+        offload_folder=offload_folder,
     )
 
 

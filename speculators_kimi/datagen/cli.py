@@ -1,4 +1,5 @@
-"""The ``generate-hidden-states`` command: its options and how errors are reported.
+"""The ``generate-hidden-states`` command: its options, read once into
+:class:`~.options.GenerationOptions`, and how errors are reported.
 
 Known errors of the verifier (missing path, bad config, weights that cannot be
 located: ``VerifierWeightsError``) go up to ``speculators-kimi``'s known-error
@@ -13,14 +14,14 @@ import argparse
 from ..cli_args import (
     add_placement_arguments,
     add_verifier_weight_arguments,
-    call_with_args,
     placement_from_args,
     verifier_weight_kwargs,
 )
 from ..verifier.loading import DTYPES
-from .generate import generate_hidden_states
+from .generate import run_generation
+from .options import GenerationOptions
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "options_from_args", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,12 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="aux layer ids (default: upstream trainer's [2, n//2, n-3]); pass "
         "the same ids to `speculators train`",
     )
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument(
+        "--dtype", choices=sorted(DTYPES), default=GenerationOptions.dtype
+    )
+    parser.add_argument("--batch-size", type=int, default=GenerationOptions.batch_size)
     parser.add_argument(
         "--max-batch-tokens",
         type=int,
-        default=16384,
+        default=GenerationOptions.max_batch_tokens,
         help="upper bound on padded tokens per batch",
     )
     add_placement_arguments(parser)
@@ -67,11 +70,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--on-mismatch",
         choices=("regenerate", "error"),
-        default="regenerate",
+        default=GenerationOptions.on_mismatch,
         help="finished files of another verifier (other weights or config) in "
         "the output directory: regenerate them (default), or stop before any work",
     )
     parser.add_argument("--no-progress", action="store_true")
+
+
+def options_from_args(args: argparse.Namespace) -> GenerationOptions:
+    """The parsed flags as the run's options (the placement flags checked)."""
+    return GenerationOptions(
+        verifier=args.verifier,
+        data_path=args.data_path,
+        output_dir=args.output_dir,
+        target_layer_ids=args.target_layer_ids,
+        dtype=args.dtype,
+        device=args.device,
+        batch_size=args.batch_size,
+        max_batch_tokens=args.max_batch_tokens,
+        trust_remote_code=args.trust_remote_code,
+        weight_overrides=verifier_weight_kwargs(args),
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+        placement=placement_from_args(args),
+        on_mismatch=args.on_mismatch,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,13 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from speculators.utils.cli_errors import check_model_source
 
     check_model_source(args.verifier, "--verifier")
-    res = call_with_args(
-        generate_hidden_states,
-        args,
-        weight_overrides=verifier_weight_kwargs(args),
-        progress=not args.no_progress,
-        placement=placement_from_args(args),
-    )
+    res = run_generation(options_from_args(args))
     others = (
         f", {res.other_verifier} of them replacing another verifier's"
         if res.other_verifier

@@ -1,5 +1,6 @@
 """The generation run: its plan (:func:`.plan.plan_generation`: every check, what
-is finished, the batches), then the loop that loads the decoder once and writes.
+is finished, the batches), then the loop that loads the decoder once and writes,
+both read from one :class:`~.options.GenerationOptions`.
 
 Batches are planned over the whole dataset (see :mod:`.plan`); a batch with any
 file missing is recomputed whole, so results never depend on which of its files
@@ -12,16 +13,17 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..verifier.capture import capture_hidden_states
-from ..verifier.loading import DTYPES, Placement, input_device, load_decoder
+from ..verifier.loading import input_device, load_decoder
 from . import store
+from .options import GenerationOptions
 from .plan import GenerationPlan, OtherVerifierError, plan_generation
 from .store import OutputDirError
 
@@ -35,6 +37,7 @@ __all__ = [
     "OtherVerifierError",
     "OutputDirError",
     "generate_hidden_states",
+    "run_generation",
     "write_planned",
 ]
 
@@ -90,55 +93,26 @@ def _run_batch(
 
 
 def generate_hidden_states(
-    verifier: str | Path,
-    data_path: str | Path,
-    *,
-    output_dir: str | Path | None = None,
-    target_layer_ids: Sequence[int] | None = None,
-    dtype: torch.dtype | str = torch.bfloat16,
-    device: str = "auto",
-    batch_size: int = 8,
-    max_batch_tokens: int = 16384,
-    trust_remote_code: bool = False,
-    weight_overrides: Mapping[str, str | None] | None = None,
-    progress: bool = True,
-    overwrite: bool = False,
-    placement: Placement | None = None,
-    on_mismatch: str = "regenerate",
+    verifier: str | Path, data_path: str | Path, **options: Any
 ) -> GenerationResult:
+    """:func:`run_generation` of ``GenerationOptions(verifier, data_path,
+    **options)``: the keyword form Python callers (the demo, the tests) use."""
+    return run_generation(GenerationOptions(verifier, data_path, **options))
+
+
+def run_generation(options: GenerationOptions) -> GenerationResult:
     """Write ``hs_<i>.safetensors`` for every row of the prepare-data dataset.
 
-    :param weight_overrides: the decoder's resolution overrides, see
-        :func:`~speculators_kimi.verifier.resolved.decoder_prefix`.
-    :param placement: a verifier bigger than one device: accelerate's dispatch
-        over GPUs, CPU and disk (``device`` is then ignored).
-    :param on_mismatch: what to do with finished files of another verifier
-        (another fingerprint of config and decoder weights): ``"regenerate"``
-        them, or ``"error"`` before any work.
-
-    Under ``torchrun`` every rank calls it with the same arguments and writes
+    Under ``torchrun`` every rank calls it with the same options and writes
     its share of the batches; rank 0 shows the progress of the whole job.
     :raises ContextLengthError: a sample is longer than the verifier's context.
-    :raises OtherVerifierError: see ``on_mismatch``.
+    :raises OtherVerifierError: see ``options.on_mismatch``.
     :raises OutputDirError: the output directory cannot be written.
     :raises VerifierWeightsError: the decoder's weights cannot be located.
     :raises BrokenShardError: a shard of the weight map is missing or damaged.
     :raises DataCheckError: ``data_path`` is not a prepare-data dataset.
     """
-    plan = plan_generation(
-        verifier,
-        data_path,
-        output_dir=output_dir,
-        target_layer_ids=target_layer_ids,
-        dtype=DTYPES[dtype] if isinstance(dtype, str) else dtype,
-        batch_size=batch_size,
-        max_batch_tokens=max_batch_tokens,
-        trust_remote_code=trust_remote_code,
-        weight_overrides=weight_overrides,
-        overwrite=overwrite,
-        placement=placement,
-        on_mismatch=on_mismatch,
-    )
+    plan = plan_generation(options)
     written = 0
     if plan.skipped != len(plan.rows):
         if plan.other_verifier and plan.ranks.is_main:
@@ -147,11 +121,9 @@ def generate_hidden_states(
                 "or config than %s): regenerating them",
                 plan.other_verifier,
                 plan.out_dir,
-                verifier,
+                options.verifier,
             )
-        written = write_planned(
-            plan, device=device, placement=placement, progress=progress
-        )
+        written = write_planned(plan, options)
     return GenerationResult(
         plan.out_dir,
         list(plan.layer_ids),
@@ -164,13 +136,7 @@ def generate_hidden_states(
     )
 
 
-def write_planned(
-    plan: GenerationPlan,
-    *,
-    device: str = "auto",
-    placement: Placement | None = None,
-    progress: bool = True,
-) -> int:
+def write_planned(plan: GenerationPlan, options: GenerationOptions) -> int:
     """Write this rank's share of the plan's files, in lockstep with the other
     ranks; the decoder is loaded only if this rank has a file to write.
 
@@ -186,8 +152,8 @@ def write_planned(
         model = load_decoder(
             plan.verifier,
             dtype=plan.dtype,
-            device=ranks.device(_pick_device(device)),
-            placement=placement,
+            device=ranks.device(_pick_device(options.device)),
+            placement=options.placement,
         )
         dev = str(input_device(model))
     meta = store.file_metadata(
@@ -202,7 +168,7 @@ def write_planned(
         initial=plan.skipped,
         desc="hidden states",
         unit="sample",
-        disable=not (progress and ranks.is_main),
+        disable=not (options.progress and ranks.is_main),
         file=sys.stderr,
     )
     with bar:

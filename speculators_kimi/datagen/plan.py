@@ -8,7 +8,7 @@ so a resumed run recomputes the same batches and writes the same bytes.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +28,7 @@ from .ranks import Ranks, current_ranks
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-    from ..verifier.loading import Placement
+    from .options import GenerationOptions
 
 __all__ = [
     "ContextLengthError",
@@ -150,22 +150,8 @@ def check_context(lengths: Sequence[int], limit: int | None) -> None:
             )
 
 
-def plan_generation(
-    verifier: str | Path,
-    data_path: str | Path,
-    *,
-    output_dir: str | Path | None,
-    target_layer_ids: Sequence[int] | None,
-    dtype: torch.dtype,
-    batch_size: int,
-    max_batch_tokens: int,
-    trust_remote_code: bool,
-    weight_overrides: Mapping[str, str | None] | None,
-    overwrite: bool,
-    placement: Placement | None,
-    on_mismatch: str,
-) -> GenerationPlan:
-    """The plan of :func:`~.generate.generate_hidden_states` (its arguments).
+def plan_generation(options: GenerationOptions) -> GenerationPlan:
+    """The plan of :func:`~.generate.run_generation` for ``options``.
 
     Every refusal comes before any work, in the order the checks always had, so a
     run with several faults names the same one first. It creates the output
@@ -173,20 +159,23 @@ def plan_generation(
     """
     from speculators.train.data_checks import check_prepared_dataset
 
-    data_path = Path(data_path)
+    verifier, trust_remote_code = options.verifier, options.trust_remote_code
+    data_path = Path(options.data_path)
     out_dir = (
-        Path(output_dir) if output_dir is not None else data_path / store.HS_DIRNAME
+        Path(options.output_dir)
+        if options.output_dir is not None
+        else data_path / store.HS_DIRNAME
     )
     check_prepared_dataset(data_path)  # a path that is not one: one line, named
     ranks = current_ranks()
-    if ranks.distributed and placement is not None:
+    if ranks.distributed and options.placement is not None:
         raise CommandError(
             "--device-map/--max-memory spread one verifier over several devices; "
             "under torchrun each rank loads its own copy. Use one or the other"
         )
     rows = _token_rows(data_path)
     text_config, layer_ids, path = _check_verifier(
-        verifier, rows, target_layer_ids, trust_remote_code=trust_remote_code
+        verifier, rows, options.target_layer_ids, trust_remote_code=trust_remote_code
     )
     _prepare_output_dir(out_dir, ranks)
     resolved = resolve_decoder(
@@ -194,18 +183,21 @@ def plan_generation(
         path,
         text_config,
         trust_remote_code=trust_remote_code,
-        weight_overrides=weight_overrides,
+        weight_overrides=options.weight_overrides,
     )
     fingerprint = decoder_fingerprint(verifier, resolved.prefix)
+    dtype = options.torch_dtype
     states = _file_states(out_dir, rows, resolved, layer_ids, dtype, fingerprint)
     ranks.barrier()  # every rank has looked before any rank writes
-    if on_mismatch == "error":
+    if options.on_mismatch == "error":
         _refuse_other_verifier(states, out_dir, verifier)
     batches = plan_batches(
-        [len(r) for r in rows], batch_size=batch_size, max_batch_tokens=max_batch_tokens
+        [len(r) for r in rows],
+        batch_size=options.batch_size,
+        max_batch_tokens=options.max_batch_tokens,
     )
     todo = [
-        [i for i in b if overwrite or states[i] is not store.FileState.DONE]
+        [i for i in b if options.overwrite or states[i] is not store.FileState.DONE]
         for b in batches
     ]
     return GenerationPlan(

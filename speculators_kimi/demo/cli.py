@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cli_args import add_json_argument, call_with_args, emit_report
+from ..cli_args import add_json_argument, emit_report
 from .pipeline import run_demo
 from .report import format_report
 from .settings import DemoSettings
@@ -42,6 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo from parsed arguments."""
-    report = run_demo(call_with_args(DemoSettings, args))
+    settings = DemoSettings(
+        out=args.out,
+        num_samples=args.num_samples,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        draft_arch=args.draft_arch,
+        fresh=args.fresh,
+        block_drafter=args.block_drafter,
+    )
+    report = run_demo(settings)
     emit_report(report, format_report(report), args)
     return 0

@@ -25,6 +25,7 @@ per forward, come from :mod:`speculators_kimi.verifier`, which
 * :mod:`.epochs`: every epoch of a run measured, the best picked (``--each-epoch``).
 * :mod:`.session`: a draft and its verifier loaded and checked together.
 * :mod:`.text`: the reports as text.
+* :mod:`.options`: the command's flags, typed, read once.
 * :mod:`.cli`: the ``evaluate`` command.
 """
 

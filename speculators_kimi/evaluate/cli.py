@@ -1,4 +1,8 @@
-"""The ``evaluate`` command: acceptance length of a trained draft, before serving."""
+"""The ``evaluate`` command: acceptance length of a trained draft, before serving.
+
+Its flags are read once into :class:`~.options.EvaluationOptions`; every step
+after that reads the options, not the parsed Namespace.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +15,13 @@ from ..cli_args import (
     add_json_argument,
     add_placement_arguments,
     add_verifier_weight_arguments,
-    call_with_args,
     emit_report,
-    placement_from_args,
+    placement_of,
     save_json_report,
     verifier_weight_kwargs,
 )
 from ..errors import CommandError, MissingInputError
+from .options import EvaluationOptions
 from .text import format_epoch_table, format_report
 
 if TYPE_CHECKING:
@@ -25,20 +29,23 @@ if TYPE_CHECKING:
     from .report import EvaluationReport
     from .session import EvaluationSession
 
-__all__ = ["add_arguments", "draft_checkpoint", "run"]
+__all__ = ["add_arguments", "draft_checkpoint", "options_from_args", "run"]
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``evaluate`` options."""
+    d = EvaluationOptions  # its class attributes: the fields' defaults
     _add_what_to_evaluate(parser)
-    parser.add_argument("--num-speculative-tokens", "-k", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--num-speculative-tokens", "-k", type=int, default=d.num_speculative_tokens
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     parser.add_argument(
         "--temperature",
         type=float,
-        default=0.0,
+        default=d.temperature,
         help="0: greedy (checked lossless); > 0: rejection sampling",
     )
     parser.add_argument(
@@ -47,14 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--train-data-ratio",
         type=float,
-        default=0.9,
+        default=d.train_data_ratio,
         help="with --data: the training split, as given to `speculators train` "
         "(the rows after it are held out)",
     )
     parser.add_argument(
         "--split",
         choices=("val", "all"),
-        default="val",
+        default=d.split,
         help="with --data: held-out rows only (val) or every row",
     )
     parser.add_argument(
@@ -82,11 +89,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--draft is a run's checkpoints directory: measure every epoch's "
         "checkpoint on the same prompts and pick the best by acceptance length",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument(
         "--dtype",
         choices=DTYPE_CHOICES,
-        default="auto",
+        default=d.dtype,
         help="auto: float32 on CPU, bfloat16 on GPU",
     )
     add_placement_arguments(parser)
@@ -150,102 +157,143 @@ def _template_kwargs(text: str | None) -> dict[str, Any] | None:
         raise CommandError(err.format_message()) from None
 
 
-def _prompts(args: argparse.Namespace) -> list[Prompt]:
+def _prompts(o: EvaluationOptions) -> list[Prompt]:
     """The prompts ``--data`` or ``--prompts`` names, the first ``--num-prompts``."""
     from .prompts import dataset_prompts, jsonl_prompts
 
-    if args.data:
-        prompts = call_with_args(dataset_prompts, args, data_path=args.data)
-    else:
-        if args.context_length:
-            raise CommandError("--context-length builds prompts from --data")
-        prompts = jsonl_prompts(
-            args.prompts,
-            args.verifier,
-            trust_remote_code=args.trust_remote_code,
-            chat_template_kwargs=_template_kwargs(args.chat_template_kwargs),
+    if o.data:
+        prompts = dataset_prompts(
+            o.data,
+            train_data_ratio=o.train_data_ratio,
+            split=o.split,
+            context_length=o.context_length,
         )
-    return prompts[: args.num_prompts] if args.num_prompts else prompts
+    else:
+        if o.context_length:
+            raise CommandError("--context-length builds prompts from --data")
+        assert o.prompts is not None  # the flags' group: --data or --prompts
+        prompts = jsonl_prompts(
+            o.prompts,
+            o.verifier,
+            trust_remote_code=o.trust_remote_code,
+            chat_template_kwargs=_template_kwargs(o.chat_template_kwargs),
+        )
+    return prompts[: o.num_prompts] if o.num_prompts else prompts
 
 
-def _dataset(args: argparse.Namespace) -> str:
+def _dataset(o: EvaluationOptions) -> str:
     """Where the prompts came from, as the profile records it."""
-    if args.data:
-        long = f" (prompts of up to {args.context_length} tokens)"
-        return str(args.data) + (long if args.context_length else "")
-    return str(args.prompts)
+    if o.data:
+        long = f" (prompts of up to {o.context_length} tokens)"
+        return str(o.data) + (long if o.context_length else "")
+    return str(o.prompts)
 
 
 def _decode(
-    session: EvaluationSession, prompts: list[Prompt], args: argparse.Namespace
+    session: EvaluationSession, prompts: list[Prompt], o: EvaluationOptions
 ) -> EvaluationReport:
     return session.evaluate(
         prompts,
-        num_speculative_tokens=args.num_speculative_tokens,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        seed=args.seed,
-        progress=not args.no_progress,
+        num_speculative_tokens=o.num_speculative_tokens,
+        max_new_tokens=o.max_new_tokens,
+        temperature=o.temperature,
+        seed=o.seed,
+        progress=o.progress,
     )
 
 
 def _each_epoch(
-    session: EvaluationSession, prompts: list[Prompt], args: argparse.Namespace
-) -> int:
+    session: EvaluationSession, prompts: list[Prompt], o: EvaluationOptions
+) -> tuple[dict[str, Any], str]:
+    """Every epoch's checkpoint measured: the table and its text."""
     from .epochs import epoch_table
 
     #: by the resolved path, as the table names each checkpoint
     reports: dict[str, EvaluationReport] = {}
 
     def measure(checkpoint: Path) -> float:
-        report = _decode(
-            session.with_checkpoint(checkpoint, args.verifier), prompts, args
-        )
+        report = _decode(session.with_checkpoint(checkpoint, o.verifier), prompts, o)
         reports[str(checkpoint.resolve())] = report
         return report.mean_acceptance_length
 
-    table = epoch_table(args.draft, measure)
-    if args.profile:
+    table = epoch_table(o.draft, measure)
+    if o.profile:
         picked = reports[table["best"]["checkpoint"]]
-        save_json_report(picked.profile(_dataset(args)), args.profile, show=False)
-    emit_report(table, format_epoch_table(table), args)
-    return 0
+        save_json_report(picked.profile(_dataset(o)), o.profile, show=False)
+    return table, format_epoch_table(table)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``evaluate`` from parsed arguments."""
+def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
+    """The evaluation ``o`` asks for: its report and the report's text."""
     from speculators.utils.cli_errors import check_model_source
 
     from .context import draft_lengths, length_warnings
     from .session import load_session
 
-    check_model_source(args.verifier, "--verifier")
-    checkpoint = draft_checkpoint(args.draft)
-    prompts = _prompts(args)
+    check_model_source(o.verifier, "--verifier")
+    checkpoint = draft_checkpoint(o.draft)
+    prompts = _prompts(o)
     warnings = length_warnings(
         [len(p.token_ids) for p in prompts],
-        args.max_new_tokens,
+        o.max_new_tokens,
         draft_lengths(checkpoint),
     )
     for line in warnings:
         print(f"warning: {line}", file=sys.stderr)
-    session = call_with_args(
-        load_session,
-        args,
-        checkpoint=checkpoint,
-        placement=placement_from_args(args),
-        weight_overrides=verifier_weight_kwargs(args),
+    session = load_session(
+        checkpoint,
+        o.verifier,
+        dtype=o.dtype,
+        device=o.device,
+        placement=placement_of(o.device_map, o.max_memory, o.offload_folder),
+        trust_remote_code=o.trust_remote_code,
+        weight_overrides=o.weight_overrides,
     )
-    if args.each_epoch:
-        return _each_epoch(session, prompts, args)
-    result = _decode(session, prompts, args)
-    if args.profile:
-        save_json_report(result.profile(_dataset(args)), args.profile, show=False)
+    if o.each_epoch:
+        return _each_epoch(session, prompts, o)
+    result = _decode(session, prompts, o)
+    if o.profile:
+        save_json_report(result.profile(_dataset(o)), o.profile, show=False)
     report = {
         "draft": str(checkpoint),
-        "verifier": str(args.verifier),
+        "verifier": str(o.verifier),
         **result.as_dict(),
         "warnings": warnings,
     }
-    emit_report(report, format_report(report), args)
+    return report, format_report(report)
+
+
+def options_from_args(args: argparse.Namespace) -> EvaluationOptions:
+    """The parsed ``evaluate`` flags as the run's options."""
+    return EvaluationOptions(
+        draft=args.draft,
+        verifier=args.verifier,
+        data=args.data,
+        prompts=args.prompts,
+        num_speculative_tokens=args.num_speculative_tokens,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        num_prompts=args.num_prompts,
+        train_data_ratio=args.train_data_ratio,
+        split=args.split,
+        chat_template_kwargs=args.chat_template_kwargs,
+        context_length=args.context_length,
+        profile=args.profile,
+        each_epoch=args.each_epoch,
+        seed=args.seed,
+        dtype=args.dtype,
+        device=args.device,
+        device_map=args.device_map,
+        max_memory=args.max_memory,
+        offload_folder=args.offload_folder,
+        trust_remote_code=args.trust_remote_code,
+        weight_overrides=verifier_weight_kwargs(args),
+        progress=not args.no_progress,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``evaluate`` from parsed arguments."""
+    report, text = _evaluate(options_from_args(args))
+    emit_report(report, text, args)
     return 0

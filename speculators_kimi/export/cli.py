@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cli_args import call_with_args
 from .draft import export_draft
 from .launch import launch_commands
 from .serving_config import MLA_ARCHITECTURE
@@ -53,7 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``export`` from parsed arguments."""
-    result = call_with_args(export_draft, args)
+    result = export_draft(
+        args.checkpoint,
+        args.out,
+        verifier_id=args.verifier_id,
+        keep_embeddings=args.keep_embeddings,
+        verifier=args.verifier,
+        overwrite=args.overwrite,
+        profile=args.profile,
+    )
     source = args.checkpoint
     if result.checkpoint != Path(args.checkpoint):
         source = f"{result.checkpoint} (the pick of {args.checkpoint})"

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..cli_args import add_json_argument, call_with_args, emit_report
+from ..cli_args import add_json_argument, emit_report
 from ..errors import CommandError
 from .env import VLLM_VERSION, VLLM_VERSIONS, default_env, ensure_env
 from .request import CheckRequest
@@ -92,7 +92,14 @@ def run(args: argparse.Namespace) -> int:
         check_decoder_fits(args.verifier)
     version = args.vllm_version
     python = ensure_env(args.env or default_env(version), version)
-    request = call_with_args(CheckRequest, args)
+    request = CheckRequest(
+        export=args.export,
+        checkpoint=args.checkpoint,
+        verifier=args.verifier,
+        tokens=args.tokens,
+        synthetic_aux_states=args.synthetic_aux_states,
+        num_speculative_tokens=args.num_speculative_tokens,
+    )
     inner = [str(python), "-m", "speculators_kimi.vllm_check.inner"]
     t0 = time.perf_counter()
     proc = subprocess.run(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from helpers import run
+from helpers import run, unread_flags
 from safetensors import safe_open
 from safetensors.torch import load_file
 from speculators.data_generation.provenance import PROVENANCE_KEY, read_provenance
@@ -498,3 +498,15 @@ def test_an_output_dir_without_permission_is_one_line(llama, capsys):
         f"error: --output-dir {denied}: no permission to write "
         f"{denied.parent}; choose a directory you can write, or fix its permissions"
     )
+
+
+def test_every_flag_reaches_the_options():
+    """Each ``generate-hidden-states`` flag is read into its options: a flag
+    added to the parser but not to ``options_from_args`` fails here."""
+    from speculators_kimi.datagen.cli import add_arguments, options_from_args
+
+    unread, options = unread_flags(
+        add_arguments, options_from_args, no_progress=True, max_memory=None
+    )
+    assert unread == []
+    assert options.progress is False

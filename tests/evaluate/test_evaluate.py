@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 import torch
-from helpers import BIN, run
+from helpers import BIN, run, unread_flags
 from safetensors.torch import load_file, save_file
 from speculators.models.attention_backends import get_backend
 from transformers import DynamicCache
@@ -478,3 +478,14 @@ def test_profile_context_buckets_and_the_epoch_to_ship(trained_demo, tmp_path, c
                      "--verifier-id", "org/v", "--profile", str(profile)])  # fmt: skip
     assert code == 0 and f"the pick of {table_file}" in capsys.readouterr().out
     assert json.loads((out_dir / PROFILE_NAME).read_text()) == written
+
+
+def test_every_flag_reaches_the_options():
+    """Each ``evaluate`` flag but ``--json`` (the report's, read where it is
+    written) is read into its options: a flag added to the parser but not to
+    ``options_from_args`` fails here."""
+    from speculators_kimi.evaluate.cli import add_arguments, options_from_args
+
+    unread, options = unread_flags(add_arguments, options_from_args, no_progress=True)
+    assert unread == ["json"]
+    assert options.progress is False

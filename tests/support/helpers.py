@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -9,7 +10,9 @@ import socket
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from vendorlib.pin import Hunk, Unit, load_pin, load_series
 from vendorlib.proc import captured
@@ -180,3 +183,20 @@ def json_report(stdout: str) -> dict:
 def extract_tar(tf: tarfile.TarFile, dest: Path) -> None:
     """Extract a test archive the way the vendoring code extracts an sdist."""
     extract_all(tf, dest, Path(str(tf.name or "archive")))
+
+
+def unread_flags(
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    options_from_args: Callable[[argparse.Namespace], Any],
+    **fixed: Any,
+) -> tuple[list[str], Any]:
+    """A command's flags whose values do not reach its options object, and the
+    options: every flag is given a value of its own (``fixed``: those a value
+    of its own would not pass) and looked for in the options' ``repr``."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    dests = [a.dest for a in parser._actions if a.dest != "help"]
+    values = {d: f"<{d}>" for d in dests} | fixed
+    options = options_from_args(argparse.Namespace(**values))
+    text = repr(options)
+    return [d for d in dests if d not in fixed and f"<{d}>" not in text], options
