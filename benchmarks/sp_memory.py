@@ -262,6 +262,7 @@ def measure_sp_mask(model, seq_len: int, ttt_steps: int) -> list[dict]:
     """The unit's mask per attention call at ``seq_len``, one block per step."""
     import torch
     from speculators.models.eagle3 import sequence_parallel as sp
+    from speculators.models.attention_backends import get_backend
     from speculators.train import distributed as train_dist
 
     state = sp._UlyssesState(
@@ -269,7 +270,7 @@ def measure_sp_mask(model, seq_len: int, ttt_steps: int) -> list[dict]:
         size=1,
         document_ids=(torch.arange(seq_len) // DOCUMENT_TOKENS),
         seq_len=seq_len,
-        inner="eager",
+        backend=get_backend("eager"),
     )
     module = model.layers[0].self_attn
     seen: dict[str, Any] = {}
@@ -290,7 +291,7 @@ def measure_sp_mask(model, seq_len: int, ttt_steps: int) -> list[dict]:
         row: dict[str, Any] = {"tokens": seq_len, "ttt_step": step, "kv_len": kv_len}
         row.update(meter.start())
         t0 = time.perf_counter()
-        sp._attend_block(probe, module, state, bounds, query, key, key)
+        sp._attend_block(probe, module, state, None, bounds, query, key, key)
         row["seconds"] = round(time.perf_counter() - t0, 2)
         row["call_peak_bytes"] = meter.peak()
         row.update(seen)

@@ -97,6 +97,9 @@ class TritonBackend(DraftAttentionBackend):
 
     name = "triton"
     supports_cpu = False
+    # Document bounds, O(N): sequence parallelism calls it once per step over the
+    # whole sequence, not per block of queries.
+    dense_mask = False
     attention_function = staticmethod(triton_attention_forward)
 
     def supports_device(self, device: torch.device | str) -> bool:

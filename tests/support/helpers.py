@@ -68,6 +68,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def torchrun(target: list[str], nproc: int = 2) -> list[str]:
+    """``torchrun`` on one host for ``target`` (a script or ``-m module``, then its
+    arguments)."""
+    return [
+        str(BIN / "torchrun"),
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        *target,
+    ]
+
+
 def torchrun_train(
     train_argv: list[str], nproc: int = 2, probe: bool = False
 ) -> list[str]:
@@ -79,17 +94,7 @@ def torchrun_train(
     """
     probed = [str(SUPPORT / "distributed_probe.py")]
     target = probed if probe else ["-m", "speculators.train"]
-    return [
-        str(BIN / "torchrun"),
-        "--nproc_per_node",
-        str(nproc),
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        *target,
-        *train_argv,
-    ]
+    return torchrun([*target, *train_argv], nproc)
 
 
 def run(
