@@ -261,8 +261,8 @@ def measure_step(model, geo, seq_len, ttt_steps, *, mode, device, dtypes) -> dic
 def measure_sp_mask(model, seq_len: int, ttt_steps: int) -> list[dict]:
     """The unit's mask per attention call at ``seq_len``, one block per step."""
     import torch
-    from speculators.models.eagle3 import sequence_parallel as sp
     from speculators.models.attention_backends import get_backend
+    from speculators.models.eagle3 import sequence_parallel as sp
     from speculators.train import distributed as train_dist
 
     state = sp._UlyssesState(
