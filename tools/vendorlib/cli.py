@@ -12,8 +12,7 @@ from .build import materialize, vendored_dir
 from .errors import VendorError
 from .gitwork import export, materialize_git
 from .lint import FAIL, MISSING, lint, unit_py_files
-from .pin import load_pin, load_series, patches_dir, pinned_tree
-from .units import apply_unit
+from .pin import Unit, load_pin, load_series, patches_dir, pinned_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,11 +60,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tree = pinned_tree(root, Path(tmp) / "tree", args.sdist)
         print(f"upstream {pin.name} {pin.version}: sha256 ok")
-        for unit in units:
-            touched = apply_unit(unit, tree)
+
+        def applied(unit: Unit, touched: list[str]) -> None:
             if not unit.message().startswith("# "):
                 problems.append(f"{unit.name}: no PR text (`# title`) in its message")
             print(f"  {unit.name}: applies ({len(touched)} files)")
+
+        materialize_git(root, tree, units, applied)
         pristine = pinned_tree(root, Path(tmp) / "pristine", args.sdist)
         for result in lint(tree, unit_py_files(units), pristine):
             print(f"  upstream lint, {result.tool}: {result.status}")
@@ -76,7 +77,6 @@ def cmd_check(args: argparse.Namespace) -> int:
                 )
             elif result.status == MISSING:
                 print(f"  {result.output}", file=sys.stderr)
-        materialize_git(root, pinned_tree(root, Path(tmp) / "git", args.sdist))
         print(f"  git am of the series (materialize --git): {len(units)} commits")
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
@@ -193,9 +193,7 @@ def _add_series_commands(sub: argparse._SubParsersAction) -> None:
     e.add_argument("dir", help="the work tree made by `materialize --git`")
     e.set_defaults(func=cmd_export)
 
-    c = sub.add_parser(
-        "check", help="prove the series applies (git apply, git am) and lints"
-    )
+    c = sub.add_parser("check", help="prove the series applies (git am) and lints")
     c.add_argument(
         "--sdist", type=Path, help="use this sdist file (hash still checked)"
     )

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from .errors import VendorError
 from .git import git
+from .gitwork import am, materialize_git
 from .lint import FAIL, PASS, SKIPPED, LintResult, lint
 from .pin import Pin, Unit, load_pin, load_series, patches_dir, pinned_tree
 from .status import check_unit, upstream_tip
-from .units import apply_unit
 
 HUMAN_REVIEW_BOX = "- [ ] A human has reviewed the code"
 BUNDLE_MARK = "PR_BODY.md"
@@ -59,7 +59,8 @@ def _git(tree: Path, ident: tuple[str, str], *args: str, check: bool = True) -> 
 
 
 def dependency_chain(units: list[Unit], target: Unit, pristine: Path) -> list[Unit]:
-    """``target`` preceded by the earlier units it needs (series order)."""
+    """``target`` preceded by the earlier units whose files it touches, directly or
+    through each other (series order); none if it applies to the release alone."""
     idx = units.index(target)
     if check_unit(target, pristine) is None:
         return [target]
@@ -72,14 +73,36 @@ def dependency_chain(units: list[Unit], target: Unit, pristine: Path) -> list[Un
             if u not in need and u.files().keys() & files:
                 need.add(u)
                 grown = True
-    chain = [u for u in units[: idx + 1] if u in need]
-    with tempfile.TemporaryDirectory() as tmp:
-        trial = Path(tmp) / "t"
-        shutil.copytree(pristine, trial)
+    return [u for u in units[: idx + 1] if u in need]
+
+
+def commit_signed(
+    work: Path, ident: tuple[str, str], chain: list[Unit], every: list[Unit]
+) -> list[Unit]:
+    """`git am` the chain onto ``work``'s release, each commit re-authored as
+    ``ident``, titled by its PR text and signed off; when the chain does not
+    apply, ``every`` unit up to the target instead. Returns the units committed."""
+    base = git(work, "rev-parse", "HEAD").stdout.strip()
+    try:
         for u in chain:
-            if check_unit(u, trial) is not None:
-                return units[: idx + 1]  # overlap was not enough: take every unit
-            apply_unit(u, trial)
+            am(work, u)
+            title = pr_sections(u.message())[0] or u.name
+            _git(
+                work,
+                ident,
+                "commit",
+                "-q",
+                "--amend",
+                "--reset-author",
+                "-s",
+                "-m",
+                title,
+            )
+    except VendorError:
+        if chain == every:
+            raise
+        git(work, "reset", "-q", "--hard", base)
+        return commit_signed(work, ident, every, every)
     return chain
 
 
@@ -248,16 +271,12 @@ def build_bundle(
     title = pr_sections(target.message())[0] or unit_name
     with tempfile.TemporaryDirectory() as tmp:
         pristine = pinned_tree(root, Path(tmp) / "pristine", sdist)
-        chain = dependency_chain(units, target, pristine)
         work = pinned_tree(root, Path(tmp) / "work", sdist)
-        _git(work, ident, "init", "-q", "-b", "main")
-        _git(work, ident, "add", "-A", "-f")
-        _git(work, ident, "commit", "-q", "-m", f"upstream: {pin.name} {pin.version}")
-        for u in chain:
-            apply_unit(u, work)
-            _git(work, ident, "add", "-A")
-            u_title = pr_sections(u.message())[0] or u.name
-            _git(work, ident, "commit", "-q", "-s", "-m", u_title)
+        materialize_git(root, work, [])
+        every = units[: units.index(target) + 1]
+        chain = commit_signed(
+            work, ident, dependency_chain(units, target, pristine), every
+        )
         repo, base_tree = work, pristine
         base_desc = f"the {pin.name} {pin.version} release (sdist {pin.sdist})"
         if upstream_git is not None:
