@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, run
+from seriescheck.unit_files import own_test_files
 from vendorlib.pin import load_series
-from vendorlib.unit_files import own_test_files
 
 IDENT = {
     "GIT_AUTHOR_NAME": "t",
@@ -252,7 +252,7 @@ def test_a_later_unit_breaking_an_earlier_units_test_is_caught(fake_project):
 
 
 def test_the_installed_package_is_recognised_file_by_file(tmp_path):
-    from vendorlib.installed import same_package
+    from seriescheck.installed import same_package
 
     tree = tmp_path / "tree"
     write(tree / "src/speculators/__init__.py", "VALUE = 1\n")
@@ -292,8 +292,8 @@ def test_a_tree_runs_the_upstream_files_its_unit_reaches(fake_project):
 def test_a_trees_shards_are_balanced_by_the_time_its_files_took(tmp_path):
     """Shards split by the seconds each file took on an earlier tree, so a short
     file of slow tests is not paired with a long file of fast ones."""
+    from seriescheck.stepwise import plan_tree
     from vendorlib.pin import Unit
-    from vendorlib.stepwise import plan_tree
 
     suite = tmp_path / "suite"
     for name, size in {"slow": 10, "long": 4000, "mid": 3000, "new": 2000}.items():

@@ -196,26 +196,25 @@ def _onto_tip(
     unit_name: str,
 ) -> Path:
     """A clone of ``upstream_git`` at ``tip`` with the chain's commits from
-    ``work`` cherry-picked onto it; a conflict names the unit and its files."""
+    ``work`` cherry-picked onto it (three-way); a conflict names the unit and its
+    files."""
     repo = tmp / "clone"
     _git(tmp, ident, "clone", "-q", str(upstream_git.resolve()), str(repo))
     _git(repo, ident, "checkout", "-q", "-b", f"kimi/{unit_name}", tip)
     _git(repo, ident, "fetch", "-q", str(work), "main:kimi-pin")
-    shas = _git(
-        repo, ident, "rev-list", "--reverse", f"kimi-pin~{len(chain)}..kimi-pin"
-    ).split()
-    for sha, u in zip(shas, chain, strict=True):
-        committer = {"GIT_COMMITTER_NAME": ident[0], "GIT_COMMITTER_EMAIL": ident[1]}
-        proc = git(repo, "cherry-pick", sha, env=committer, check=False)
-        if proc.returncode != 0:
-            files = _git(repo, ident, "diff", "--name-only", "--diff-filter=U").split()
-            _git(repo, ident, "cherry-pick", "--abort", check=False)
-            raise VendorError(
-                f"unit {u.name} does not merge onto the upstream tip "
-                f"{tip[:12]}: conflicts in {', '.join(files) or '?'}\n"
-                f"{proc.stderr.strip()}\nFix: rebase the series first "
-                "(`tools/vendor rebase`), or resolve by hand."
-            )
+    committer = {"GIT_COMMITTER_NAME": ident[0], "GIT_COMMITTER_EMAIL": ident[1]}
+    picks = f"kimi-pin~{len(chain)}..kimi-pin"
+    proc = git(repo, "cherry-pick", picks, env=committer, check=False)
+    if proc.returncode != 0:
+        u = chain[int(_git(repo, ident, "rev-list", "--count", f"{tip}..HEAD"))]
+        files = _git(repo, ident, "diff", "--name-only", "--diff-filter=U").split()
+        _git(repo, ident, "cherry-pick", "--abort", check=False)
+        raise VendorError(
+            f"unit {u.name} does not merge onto the upstream tip "
+            f"{tip[:12]}: conflicts in {', '.join(files) or '?'}\n"
+            f"{proc.stderr.strip()}\nFix: rebase the series first "
+            "(`tools/vendor rebase`), or resolve by hand."
+        )
     return repo
 
 

@@ -21,20 +21,17 @@ class UnitStats:
 
 
 def unit_stats(unit: Unit) -> UnitStats:
-    kinds = unit.files()
+    """The unit's size, from `git apply --numstat` (binary files count no lines)."""
+    new = set(unit.new_files())
     added = removed = new_lines = 0
-    current = ""
-    for line in unit.text().splitlines():
-        if line.startswith("diff --git "):
-            current = line.rsplit(" b/", 1)[1]
-        elif current and line.startswith("+") and not line.startswith("+++ "):
-            if kinds.get(current) == "A":
-                new_lines += 1
-            else:
-                added += 1
-        elif current and line.startswith("-") and not line.startswith("--- "):
-            removed += 1
-    return UnitStats(added, removed, len(unit.new_files()), new_lines)
+    numstat = git(unit.path.parent, "apply", "--numstat", str(unit.path.resolve()))
+    for row in numstat.stdout.splitlines():
+        plus, minus, path = row.split("\t", 2)
+        if path in new:
+            new_lines += int(plus) if plus != "-" else 0
+        elif plus != "-":
+            added, removed = added + int(plus), removed + int(minus)
+    return UnitStats(added, removed, len(new), new_lines)
 
 
 def check_unit(unit: Unit, tree: Path) -> str | None:

@@ -25,12 +25,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vendorlib.errors import VendorError
+from vendorlib.gitwork import am, materialize_git
+from vendorlib.pin import Unit, load_pin, load_series, pinned_tree
+
 from .dropin.compare import Comparison
-from .errors import VendorError
-from .gitwork import am, materialize_git
 from .impact import EVERYTHING, affected
 from .installed import imported_from, installed_package, same_package
-from .pin import Unit, load_pin, load_series, pinned_tree
 from .pytest_run import PytestReport, PytestServer, TreeRun, tree_env
 from .series_report import OwnResult, SuiteResult, UnitReport, line, summarize
 from .unit_files import (
