@@ -1,5 +1,7 @@
 """`tools/vendor`: materialize, check, export, rebase, status, pr, test-series,
-dropin (the last two from `seriescheck.cli`)."""
+dropin."""
+
+# test-series and dropin are `seriescheck.cli`'s, added by `tools/vendor` (`extra`).
 
 from __future__ import annotations
 

@@ -83,21 +83,12 @@ def commit_signed(
     ``ident``, titled by its PR text and signed off; when the chain does not
     apply, ``every`` unit up to the target instead. Returns the units committed."""
     base = git(work, "rev-parse", "HEAD").stdout.strip()
+    sign = ["--signoff", "--message"]
     try:
         for u in chain:
             am(work, u)
             title = pr_sections(u.message())[0] or u.name
-            _git(
-                work,
-                ident,
-                "commit",
-                "-q",
-                "--amend",
-                "--reset-author",
-                "-s",
-                "-m",
-                title,
-            )
+            _git(work, ident, "commit", "-q", "--amend", "--reset-author", *sign, title)
     except VendorError:
         if chain == every:
             raise
