@@ -131,16 +131,32 @@ def test_the_fixture_package_imports_no_command():
     assert {m: deps for m, deps in imported.items() if deps} == {}
 
 
+def _imported(path: Path) -> set[str]:
+    """The top-level names of the modules ``path`` imports (anywhere in it)."""
+    return {
+        name.split(".")[0]
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for name in (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+        )
+    }
+
+
 def test_nothing_reaches_into_tools():
     """Build facts come from ``_build_info.py`` (written by the build), not from
     importing ``tools/`` through ``sys.path``."""
     for path in PACKAGE.rglob("*.py"):
-        text = path.read_text()
-        names = {
-            alias.name if isinstance(node, ast.Import) else node.module or ""
-            for node in ast.walk(ast.parse(text))
-            if isinstance(node, (ast.Import, ast.ImportFrom))
-            for alias in node.names
-        }
-        assert not {n for n in names if n.split(".")[0] == "vendorlib"}, path
-        assert "sys.path.insert" not in text, path
+        assert not _imported(path) & {"vendorlib", "seriescheck"}, path
+        assert "sys.path.insert" not in path.read_text(), path
+
+
+def test_the_series_code_never_imports_its_test_tooling():
+    """`vendorlib` (the pin, the units, git: what the build backend loads) imports
+    `seriescheck` (test-series, dropin) nowhere; the dependency runs one way."""
+    tools = ROOT / "tools"
+    for path in (tools / "vendorlib").rglob("*.py"):
+        assert "seriescheck" not in _imported(path), path
+    assert "vendorlib" in _imported(tools / "seriescheck" / "stepwise.py")

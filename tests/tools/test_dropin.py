@@ -1,5 +1,5 @@
 """The drop-in, side by side: pristine 0.9.0 and the install, used as upstream's
-docs use them (tools/vendorlib/dropin), and the check's own logic.
+docs use them (tools/seriescheck/dropin), and the check's own logic.
 
 One forkserver (module fixture) runs every case on three trees: the pinned
 release (its `src/` first on ``sys.path``), the install, and a copy of the
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, run
-from vendorlib.dropin.cases import Case
-from vendorlib.dropin.check import installed_src, run_cases, select_cases
-from vendorlib.dropin.compare import (
+from seriescheck.dropin.cases import Case
+from seriescheck.dropin.check import installed_src, run_cases, select_cases
+from seriescheck.dropin.compare import (
     Intended,
     compare,
     load_intended,

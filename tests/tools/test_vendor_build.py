@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from helpers import first_changed_hunk, run, snapshot, vendor
+from seriescheck.pytest_run import run_pytest, tree_env
+from seriescheck.unit_files import own_test_files, tree_test_files
 from vendorlib.pin import load_series
-from vendorlib.pytest_run import run_pytest, tree_env
-from vendorlib.unit_files import own_test_files, tree_test_files
 
 
 def pip_install_target(project: Path, target: Path, sdist: Path) -> str:

@@ -1,4 +1,4 @@
-"""Which upstream test files a unit's tree runs (`vendorlib.impact`): the imports
+"""Which upstream test files a unit's tree runs (`seriescheck.impact`): the imports
 a real pytest run records per test file, and the files a change then selects."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from helpers import ROOT, run
-from vendorlib.impact import EVERYTHING, affected
+from seriescheck.impact import EVERYTHING, affected
 
 RECORD = """
 import sys
 from pathlib import Path
-from vendorlib.impact import ImportRecorder
+from seriescheck.impact import ImportRecorder
 import pytest
 
 tree = Path.cwd()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from helpers import extract_tar, run, vendor
+from seriescheck.pytest_run import run_pytest, tree_env
+from seriescheck.unit_files import own_test_files
 from vendorlib.pin import load_series
-from vendorlib.pytest_run import run_pytest, tree_env
-from vendorlib.unit_files import own_test_files
 
 IDENT = {
     "GIT_AUTHOR_NAME": "Pat Tester",

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from helpers import extract_tar, first_changed_hunk, run, snapshot, vendor
 from vendorlib.pin import load_series
-from vendorlib.units import apply_unit
 
 NEW = "0.9.1"
 
@@ -139,7 +138,7 @@ def test_change_already_upstream_is_dropped(project_copy, tmp_path, upstream_sdi
     first = load_series(project_copy)[0]
 
     def edit(tree: Path) -> None:
-        apply_unit(first, tree)
+        run(["git", "apply", str(first.path)], cwd=tree)
 
     sdist, sha = make_release(upstream_sdist, tmp_path, edit)
     proc = rebase(project_copy, sdist, sha, tmp_path / "work", "--no-tests")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, run
+from seriescheck.unit_files import own_test_files
 from vendorlib.pin import load_series
-from vendorlib.unit_files import own_test_files
 
 IDENT = {
     "GIT_AUTHOR_NAME": "t",
@@ -42,6 +42,11 @@ def test_not_in_baseline():
 def write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def mail(name: str, diff: str) -> str:
+    """``diff`` as a unit file: a mail `git am` takes, its subject the unit's name."""
+    return f"From: t <t@example.invalid>\nSubject: {name}\n\n# {name}\n---\n{diff}"
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -83,7 +88,8 @@ def fake_project(tmp_path: Path) -> tuple[Path, Path, Path]:
     )
     write(work / "tests/unit/test_old.py", "def test_old():\n    assert True\n")
     git(work, "add", "-A")
-    write(patches / "0001-good.patch", git(work, "diff", "--cached", "--full-index"))
+    diff = git(work, "diff", "--cached", "--full-index")
+    write(patches / "0001-good.patch", mail("0001-good", diff))
     git(work, "commit", "-qm", "0001-good")
     init = work / "src/speculators/__init__.py"
     init.write_text(init.read_text() + "BROKEN = 1\n")
@@ -95,7 +101,8 @@ def fake_project(tmp_path: Path) -> tuple[Path, Path, Path]:
         "def test_fails():\n    assert False, 'unit 0002 is broken'\n",
     )
     git(work, "add", "-A")
-    write(patches / "0002-bad.patch", git(work, "diff", "--cached", "--full-index"))
+    diff = git(work, "diff", "--cached", "--full-index")
+    write(patches / "0002-bad.patch", mail("0002-bad", diff))
 
     suite = tmp_path / "suite"
     for package in ("tests/__init__.py", "tests/unit/__init__.py"):
@@ -213,7 +220,7 @@ def test_a_unit_that_does_not_apply_is_named(fake_project):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     out = proc.stdout
     assert "problem: 0003-again: does not apply after the units before it:" in out
-    assert "unit 0003-again: " in out  # apply_unit's own explanation follows
+    assert "unit 0003-again: " in out  # `git am`'s explanation follows
     assert "not tested (an earlier unit does not apply): ['0004-later']" in out
     assert out.splitlines()[-1].startswith(
         "test-series: 1/3 units pass; failing: 0002-bad, 0003-again"
@@ -225,9 +232,12 @@ def test_a_later_unit_breaking_an_earlier_units_test_is_caught(fake_project):
     patches = root / "upstream_patches"
     write(
         patches / "0003-later.patch",
-        "diff --git a/src/speculators/extra.py b/src/speculators/extra.py\n"
-        "--- a/src/speculators/extra.py\n+++ b/src/speculators/extra.py\n"
-        "@@ -1 +1 @@\n-TWICE = 2\n+TWICE = 3\n",
+        mail(
+            "0003-later",
+            "diff --git a/src/speculators/extra.py b/src/speculators/extra.py\n"
+            "--- a/src/speculators/extra.py\n+++ b/src/speculators/extra.py\n"
+            "@@ -1 +1 @@\n-TWICE = 2\n+TWICE = 3\n",
+        ),
     )
     (patches / "series").write_text("0001-good\n0003-later\n")
     proc = vendor(root, sdist, "--upstream-suite", str(suite))
@@ -242,7 +252,7 @@ def test_a_later_unit_breaking_an_earlier_units_test_is_caught(fake_project):
 
 
 def test_the_installed_package_is_recognised_file_by_file(tmp_path):
-    from vendorlib.installed import same_package
+    from seriescheck.installed import same_package
 
     tree = tmp_path / "tree"
     write(tree / "src/speculators/__init__.py", "VALUE = 1\n")
@@ -282,8 +292,8 @@ def test_a_tree_runs_the_upstream_files_its_unit_reaches(fake_project):
 def test_a_trees_shards_are_balanced_by_the_time_its_files_took(tmp_path):
     """Shards split by the seconds each file took on an earlier tree, so a short
     file of slow tests is not paired with a long file of fast ones."""
+    from seriescheck.stepwise import plan_tree
     from vendorlib.pin import Unit
-    from vendorlib.stepwise import plan_tree
 
     suite = tmp_path / "suite"
     for name, size in {"slow": 10, "long": 4000, "mid": 3000, "new": 2000}.items():

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import VendorError
+from .gitwork import materialize_git
 from .pin import Pin, inputs_digest, load_pin, load_series, pinned_tree
 from .sdist import sha256_of
-from .units import apply_unit
 
 VENDORED_DIRNAME = ".vendored"
 STAMP = ".speculators-kimi-stamp"
@@ -37,16 +37,20 @@ def _log(msg: str) -> None:
 def materialize(
     root: Path, dest: Path, sdist: Path | None = None, quiet: bool = False
 ) -> Path:
-    """Write upstream + every unit of the series to ``dest`` (replaced atomically)."""
+    """Write upstream + every unit of the series to ``dest`` (replaced atomically):
+    `git am` in a throwaway history, whose `.git` is then dropped."""
     pin = load_pin(root)
     units = load_series(root)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".materialize-") as tmp:
         tree = pinned_tree(root, Path(tmp) / "tree", sdist)
-        for unit in units:
-            touched = apply_unit(unit, tree)
-            if not quiet:
-                _log(f"applied {unit.name} ({len(touched)} files)")
+        materialize_git(
+            root,
+            tree,
+            units,
+            None if quiet else lambda u, t: _log(f"applied {u.name} ({len(t)} files)"),
+        )
+        shutil.rmtree(tree / ".git")
         _park_upstream_metadata(tree)
         write_notice(tree, pin, [u.name for u in units])
         _write_sums(tree)

@@ -1,19 +1,21 @@
 """`tools/vendor`: materialize, check, export, rebase, status, pr, test-series,
 dropin."""
 
+# test-series and dropin are `seriescheck.cli`'s, added by `tools/vendor` (`extra`).
+
 from __future__ import annotations
 
 import argparse
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .build import materialize, vendored_dir
 from .errors import VendorError
 from .gitwork import export, materialize_git
 from .lint import FAIL, MISSING, lint, unit_py_files
-from .pin import load_pin, load_series, patches_dir, pinned_tree
-from .units import apply_unit
+from .pin import Unit, load_pin, load_series, patches_dir, pinned_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,11 +63,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tree = pinned_tree(root, Path(tmp) / "tree", args.sdist)
         print(f"upstream {pin.name} {pin.version}: sha256 ok")
-        for unit in units:
-            touched = apply_unit(unit, tree)
+
+        def applied(unit: Unit, touched: list[str]) -> None:
             if not unit.message().startswith("# "):
                 problems.append(f"{unit.name}: no PR text (`# title`) in its message")
             print(f"  {unit.name}: applies ({len(touched)} files)")
+
+        materialize_git(root, tree, units, applied)
         pristine = pinned_tree(root, Path(tmp) / "pristine", args.sdist)
         for result in lint(tree, unit_py_files(units), pristine):
             print(f"  upstream lint, {result.tool}: {result.status}")
@@ -76,7 +80,6 @@ def cmd_check(args: argparse.Namespace) -> int:
                 )
             elif result.status == MISSING:
                 print(f"  {result.output}", file=sys.stderr)
-        materialize_git(root, pinned_tree(root, Path(tmp) / "git", args.sdist))
         print(f"  git am of the series (materialize --git): {len(units)} commits")
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
@@ -117,65 +120,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
 
 
-def cmd_test_series(args: argparse.Namespace) -> int:
-    from .stepwise import run_series
-
-    suite = None if args.no_suite else args.upstream_suite
-    if suite is None and not args.no_suite:
-        suite = args.root.parent / "shared" / "upstream-suite"
-    return run_series(
-        args.root,
-        _python(args),
-        suite,
-        units_arg=args.units,
-        json_out=Path(args.json) if args.json else None,
-        sdist=args.sdist,
-        keep=args.keep,
-        jobs=args.jobs,
-        skip_installed=args.skip_installed,
-        dropin=args.dropin,
-        all_tests=args.all_tests,
-    )
+#: Adds subcommands to `tools/vendor`'s parser (as `seriescheck.cli` does its own).
+AddCommands = Callable[[argparse._SubParsersAction], None]
 
 
-def _python(args: argparse.Namespace) -> str:
-    """``--python``, else the project's .venv interpreter, else this one."""
-    python = args.python
-    if python is None:
-        venv = args.root / ".venv" / "bin" / "python"
-        python = str(venv) if venv.is_file() else sys.executable
-    return str(Path(python).absolute())
-
-
-def cmd_dropin(args: argparse.Namespace) -> int:
-    from .dropin.check import run_dropin
-    from .dropin.compare import report
-
-    run = run_dropin(
-        args.root,
-        _python(args),
-        tree=args.tree,
-        units=args.units.split(",") if args.units else None,
-        checkpoints={
-            label: Path(path)
-            for label, _, path in (c.partition("=") for c in args.checkpoint)
-        },
-        kinds=tuple(args.kinds.split(",")),
-        jobs=args.jobs,
-        sdist=args.sdist,
-        select=args.select,
-    )
-    print(report(run.comparison))
-    print(f"{run.cases} cases on both trees in {run.seconds:.0f} s")
-    return 0 if run.comparison.ok else 1
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(extra: Sequence[AddCommands] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tools/vendor", description=__doc__)
     parser.add_argument("--root", type=Path, default=ROOT, help="project root")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_series_commands(sub)
-    _add_test_commands(sub)
+    for add in extra:
+        add(sub)
     return parser
 
 
@@ -193,9 +148,7 @@ def _add_series_commands(sub: argparse._SubParsersAction) -> None:
     e.add_argument("dir", help="the work tree made by `materialize --git`")
     e.set_defaults(func=cmd_export)
 
-    c = sub.add_parser(
-        "check", help="prove the series applies (git apply, git am) and lints"
-    )
+    c = sub.add_parser("check", help="prove the series applies (git am) and lints")
     c.add_argument(
         "--sdist", type=Path, help="use this sdist file (hash still checked)"
     )
@@ -225,75 +178,8 @@ def _add_series_commands(sub: argparse._SubParsersAction) -> None:
     st.set_defaults(func=cmd_status)
 
 
-def _add_test_commands(sub: argparse._SubParsersAction) -> None:
-    """Commands that test the series against upstream's suite and API."""
-    t = sub.add_parser(
-        "test-series",
-        help="per unit (pin + units up to it): upstream's suite and the units' tests",
-    )
-    t.add_argument(
-        "--upstream-suite",
-        type=Path,
-        metavar="DIR",
-        help="folder with snapshot/, baseline.txt (default ../shared/upstream-suite)",
-    )
-    t.add_argument("--no-suite", action="store_true", help="only the units' own tests")
-    t.add_argument("--units", metavar="A,B", help="test only these (name or number)")
-    t.add_argument("--json", metavar="OUT", help="also write the results as JSON")
-    t.add_argument(
-        "--python", help="interpreter to test with (default .venv/bin/python)"
-    )
-    t.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
-    t.add_argument("--keep", action="store_true", help="keep the scratch trees")
-    t.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        metavar="N",
-        help="test N trees side by side",
-    )
-    t.add_argument(
-        "--skip-installed",
-        action="store_true",
-        help="skip the last tree when the installed speculators is exactly it",
-    )
-    t.add_argument(
-        "--dropin",
-        action="store_true",
-        help="also compare each tree's API and commands with the pin's (dropin)",
-    )
-    t.add_argument(
-        "--all-tests",
-        action="store_true",
-        help="each tree runs upstream's whole suite, not the tests its units reach",
-    )
-    t.set_defaults(func=cmd_test_series)
-
-    d = sub.add_parser(
-        "dropin",
-        help="upstream's API and commands on the pinned release and ours, compared",
-    )
-    d.add_argument("--tree", type=Path, help="a source tree (default: the install)")
-    d.add_argument(
-        "--units", metavar="A,B", help="units applied to --tree (default: all)"
-    )
-    d.add_argument(
-        "--checkpoint",
-        action="append",
-        default=[],
-        metavar="LABEL=PATH",
-        help="a trained checkpoint both trees load (repeatable)",
-    )
-    d.add_argument("--kinds", default="api,cli", help="api, cli or both")
-    d.add_argument("--select", default="*", help="a glob over case names")
-    d.add_argument("--python", help="interpreter (default .venv/bin/python)")
-    d.add_argument("--jobs", type=int, default=2, metavar="N", help="cases at a time")
-    d.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
-    d.set_defaults(func=cmd_dropin)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, extra: Sequence[AddCommands] = ()) -> int:
+    args = build_parser(extra).parse_args(argv)
     try:
         return int(args.func(args))
     except VendorError as err:

@@ -2,15 +2,17 @@
 
 `materialize_git` commits the pinned release (subject ``upstream: NAME VERSION``)
 and `git am`s every unit on it: one commit per unit, its subject the unit's name,
-its body the unit's PR text. `export` writes each commit above the upstream commit
-back as `upstream_patches/<subject>.patch` and rewrites `series`. Both are
-deterministic (fixed identity and dates, no signature, zero commit ids, full blob
-ids), so exporting an unchanged history rewrites every file byte for byte.
+its body the unit's PR text; `am` is the one way a unit is applied (the build,
+`check`, `status`, `pr` and `test-series`). `export` writes each commit above the
+upstream commit back as `upstream_patches/<subject>.patch` and rewrites `series`.
+Both are deterministic (fixed identity and dates, no signature, zero commit ids,
+full blob ids), so exporting an unchanged history rewrites every file byte for byte.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import VendorError
@@ -32,6 +34,7 @@ FORMAT_PATCH = [
     "--no-numbered",
     "--encoding=UTF-8",
 ]
+_FAILED = re.compile(r"patch failed: (?P<file>.+?):(?P<line>\d+)")
 _HEADER = re.compile(r"^(From|Date): .*(\n[ \t].*)*$", re.M)
 
 
@@ -42,31 +45,74 @@ def commit_release(tree: Path, subject: str) -> str:
     return git(tree, "rev-parse", "HEAD").stdout.strip()
 
 
-def materialize_git(root: Path, tree: Path, units: list[Unit] | None = None) -> str:
-    """Make ``tree`` (holding the extracted release) a git history of the units;
-    return the upstream commit's id. Messages keep `#` lines (commit.cleanup)."""
+def explain_failure(unit: Unit, said: str) -> str:
+    """Turn `git am`'s output into: unit, file, hunk (header and position)."""
+    lines = [f"unit {unit.name}: {unit.path} does not apply to this upstream tree"]
+    hunks = unit.hunks()
+    for m in _FAILED.finditer(said):
+        file, old = m["file"], int(m["line"])
+        h = next((h for h in hunks if h.file == file and h.old_start == old), None)
+        if h is not None:
+            lines.append(
+                f"  file {file}, hunk {h.index} of {h.count} "
+                f"(upstream line {old}): {h.header}"
+            )
+        else:
+            lines.append(f"  file {file}, at upstream line {old}")
+    for f in re.findall(r"error: (\S+): already exists in (?:index|working)", said):
+        lines.append(
+            f"  file {f}: the unit adds it, but the upstream tree has it already"
+        )
+    missing = re.findall(
+        r"error: (\S+): (?:No such file or directory|does not exist)", said
+    )
+    lines.extend(f"  file {f}: not in the upstream tree" for f in missing)
+    lines.append("git am said:\n    " + "\n    ".join(said.strip().splitlines()))
+    lines.append(
+        "Fix: rework the unit on the current upstream "
+        "(`tools/vendor materialize --git DIR`, edit, `tools/vendor export DIR`), "
+        "or use `tools/vendor rebase` when moving to a new release."
+    )
+    return "\n".join(lines)
+
+
+def am(tree: Path, unit: Unit) -> list[str]:
+    """`git am` ``unit`` onto the history in ``tree``; return the paths it touches.
+    A unit that does not apply is aborted and named with its file and hunk."""
+    proc = git(
+        tree,
+        "am",
+        "-q",
+        "--keep",
+        "--keep-cr",
+        "--whitespace=nowarn",
+        str(unit.path.resolve()),
+        env=VENDOR_IDENTITY | NO_USER_CONFIG,
+        check=False,
+    )
+    if proc.returncode != 0:
+        git(tree, "am", "--abort", check=False)
+        raise VendorError(explain_failure(unit, proc.stdout + proc.stderr))
+    return sorted(unit.files())
+
+
+def materialize_git(
+    root: Path,
+    tree: Path,
+    units: list[Unit] | None = None,
+    each: Callable[[Unit, list[str]], object] | None = None,
+) -> str:
+    """Make ``tree`` (holding the extracted release) a git history of the units
+    (``each`` called after each with the paths it touches); return the upstream
+    commit's id. Messages keep `#` lines (commit.cleanup)."""
     pin = load_pin(root)
     git(tree, "init", "-q", "-b", "main")
     git(tree, "config", "commit.cleanup", "scissors")
     base = commit_release(tree, f"{BASE_SUBJECT_PREFIX}{pin.name} {pin.version}")
     for unit in load_series(root) if units is None else units:
-        am = git(
-            tree,
-            "am",
-            "-q",
-            "--keep",
-            "--keep-cr",
-            "--whitespace=nowarn",
-            str(unit.path.resolve()),
-            env=VENDOR_IDENTITY | NO_USER_CONFIG,
-            check=False,
-        )
-        if am.returncode != 0:
-            git(tree, "am", "--abort", check=False)
-            raise VendorError(
-                f"unit {unit.name}: git am {unit.path} failed:\n"
-                f"{am.stdout}{am.stderr}".rstrip()
-            )
+        touched = am(tree, unit)
+        if each is not None:
+            each(unit, touched)
     return base
 
 

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,10 @@ from .proc import captured
 from .sdist import cache_dir
 
 PASS, FAIL, MISSING, SKIPPED = "pass", "FAIL", "missing", "skipped"
+
+#: A finding: (file, code or message, the line's text) to match the base's, and
+#: the line shown.
+Finding = tuple[tuple[str, str, str], str]
 
 
 @dataclass
@@ -36,6 +41,10 @@ class LintResult:
         if self.ignored:
             head += f" ({self.ignored} pre-existing upstream findings left out)"
         return head + "\n" + (self.output.rstrip() + "\n" if self.output else "")
+
+
+class _ToolFailed(Exception):
+    """The linter itself failed; its output is the message."""
 
 
 def find_tool(name: str) -> list[str] | None:
@@ -63,157 +72,92 @@ def _line(tree: Path, rel: str, row: int) -> str:
         return ""
 
 
-def _run(
-    cmd: list[str], cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return captured(cmd, cwd=cwd, env={**os.environ, **env} if env else None)
+def _run(cmd: list[str], where: Path) -> subprocess.CompletedProcess[str]:
+    """``cmd`` in ``where``, importing the tree's own `src/` (not an installed copy)."""
+    return captured(cmd, cwd=where, env={**os.environ, "MYPYPATH": str(where / "src")})
 
 
-def _ruff_findings(ruff: list[str], tree: Path, files: list[str]) -> list[dict]:
-    if not files:
-        return []
-    proc = _run(
-        [
-            *ruff,
-            "check",
-            "--no-cache",
-            "--config",
-            str(tree / "pyproject.toml"),
-            "--output-format",
-            "json",
-            *files,
-        ],
-        tree,
-    )
+def _ruff_check(ruff: list[str], where: Path, files: list[str]) -> list[Finding]:
+    config = ["--config", str(where / "pyproject.toml")]
+    cmd = [*ruff, "check", "--no-cache", *config, "--output-format", "json", *files]
+    proc = _run(cmd, where)
     try:
         found = json.loads(proc.stdout or "[]")
-    except ValueError:
-        return [{"error": proc.stdout + proc.stderr}]
-    # The sdist ships no tests/ package, so whether a test module sits in a
-    # namespace package cannot be judged from it: INP001 there is left out.
+    except ValueError as err:
+        raise _ToolFailed(proc.stdout + proc.stderr) from err
+    out = []
     for f in found:
-        f["rel"] = Path(f["filename"]).resolve().relative_to(tree.resolve()).as_posix()
-        f["text"] = _line(tree, f["rel"], f["location"]["row"])
-    return [
-        f
-        for f in found
-        if not (f["code"] == "INP001" and f["rel"].startswith("tests/"))
-    ]
-
-
-def ruff_check(tree: Path, files: list[str], base: Path | None) -> LintResult:
-    ruff = find_tool("ruff")
-    if ruff is None:
-        return LintResult("ruff check", MISSING, "ruff is not installed; skipped")
-    found = _ruff_findings(ruff, tree, files)
-    if found and "error" in found[0]:
-        return LintResult("ruff check", FAIL, found[0]["error"])
-    old: Counter[tuple[str, str, str]] = Counter()
-    if base is not None:
-        present = [f for f in files if (base / f).is_file()]
-        old.update(
-            (f["rel"], f["code"], f["text"])
-            for f in _ruff_findings(ruff, base, present)
-        )
-    new, ignored = [], 0
-    for f in found:
-        key = (f["rel"], f["code"], f["text"])
-        if old[key] > 0:
-            old[key] -= 1
-            ignored += 1
+        rel = Path(f["filename"]).resolve().relative_to(where.resolve()).as_posix()
+        # The sdist ships no tests/ package, so whether a test module sits in a
+        # namespace package cannot be judged from it: INP001 there is left out.
+        if f["code"] == "INP001" and rel.startswith("tests/"):
             continue
-        loc = f["location"]
-        new.append(
-            f"{f['rel']}:{loc['row']}:{loc['column']}: {f['code']} {f['message']}"
-        )
-    return LintResult("ruff check", FAIL if new else PASS, "\n".join(new), ignored)
+        row, col = f["location"]["row"], f["location"]["column"]
+        shown = f"{rel}:{row}:{col}: {f['code']} {f['message']}"
+        out.append(((rel, f["code"], _line(where, rel, row)), shown))
+    return out
 
 
-def ruff_format(tree: Path, files: list[str], base: Path | None) -> LintResult:
-    ruff = find_tool("ruff")
-    if ruff is None:
-        return LintResult(
-            "ruff format --check", MISSING, "ruff is not installed; skipped"
-        )
-
-    def unformatted(where: Path, paths: list[str]) -> set[str]:
-        if not paths:
-            return set()
-        proc = _run(
-            [
-                *ruff,
-                "format",
-                "--check",
-                "--no-cache",
-                "--config",
-                str(where / "pyproject.toml"),
-                *paths,
-            ],
-            where,
-            # The tree's own package (src/) and tests, not an installed copy.
-            env={"MYPYPATH": str(where / "src")},
-        )
-        return set(re.findall(r"^Would reformat: (.+)$", proc.stdout, re.M))
-
-    bad = unformatted(tree, files)
-    old = unformatted(base, [f for f in bad if (base / f).is_file()]) if base else set()
-    new = sorted(bad - old)
-    out = "\n".join(f"would reformat: {f}" for f in new)
-    return LintResult("ruff format --check", FAIL if new else PASS, out, len(bad & old))
+def _ruff_format(ruff: list[str], where: Path, files: list[str]) -> list[Finding]:
+    config = ["--config", str(where / "pyproject.toml")]
+    proc = _run([*ruff, "format", "--check", "--no-cache", *config, *files], where)
+    bad = sorted(re.findall(r"^Would reformat: (.+)$", proc.stdout, re.M))
+    return [((f, "", ""), f"would reformat: {f}") for f in bad]
 
 
 _MYPY = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+): error: (?P<msg>.*)$", re.M)
 
 
-def mypy_check(tree: Path, files: list[str], base: Path | None) -> LintResult:
-    mypy = find_tool("mypy")
-    tool = "mypy --check-untyped-defs"
-    if mypy is None:
-        return LintResult(tool, MISSING, "mypy is not installed; skipped")
-    cache = cache_dir().parent / "mypy"
+def _mypy(mypy: list[str], where: Path, files: list[str]) -> list[Finding]:
+    config = ["--config-file", str(where / "pyproject.toml")]
+    cache = ["--cache-dir", str(cache_dir().parent / "mypy")]
+    # Test modules live in plain directories (no __init__.py, as in upstream's
+    # tests/): name modules by their path from the root.
+    flags = ["--check-untyped-defs", "--explicit-package-bases"]
+    proc = _run([*mypy, *flags, *config, *cache, *files], where)
+    if proc.returncode not in (0, 1):
+        raise _ToolFailed(proc.stdout + proc.stderr)
+    return [
+        ((m["file"], m["msg"], _line(where, m["file"], int(m["line"]))), m[0])
+        for m in _MYPY.finditer(proc.stdout)
+    ]
 
-    def errors(where: Path, paths: list[str]) -> list[tuple[str, int, str]]:
-        if not paths:
-            return []
-        proc = _run(
-            [
-                *mypy,
-                "--check-untyped-defs",
-                # Test modules live in plain directories (no __init__.py, as in
-                # upstream's tests/): name modules by their path from the root.
-                "--explicit-package-bases",
-                "--config-file",
-                str(where / "pyproject.toml"),
-                "--cache-dir",
-                str(cache),
-                *paths,
-            ],
-            where,
-            # The tree's own package (src/) and tests, not an installed copy.
-            env={"MYPYPATH": str(where / "src")},
-        )
-        if proc.returncode not in (0, 1):
-            return [("", 0, proc.stdout + proc.stderr)]
-        return [
-            (m["file"], int(m["line"]), m["msg"]) for m in _MYPY.finditer(proc.stdout)
-        ]
 
-    found = errors(tree, files)
-    if found and found[0][0] == "" and found[0][1] == 0:
-        return LintResult(tool, FAIL, found[0][2])
-    old: Counter[tuple[str, str, str]] = Counter()
-    if base is not None:
-        present = [f for f in files if (base / f).is_file()]
-        old.update((f, m, _line(base, f, n)) for f, n, m in errors(base, present))
-    new, ignored = [], 0
-    for f, n, m in found:
-        key = (f, m, _line(tree, f, n))
-        if old[key] > 0:
-            old[key] -= 1
-            ignored += 1
-            continue
-        new.append(f"{f}:{n}: error: {m}")
-    return LintResult(tool, FAIL if new else PASS, "\n".join(new), ignored)
+_TOOLS: list[tuple[str, str, Callable[[list[str], Path, list[str]], list[Finding]]]]
+_TOOLS = [
+    ("ruff check", "ruff", _ruff_check),
+    ("ruff format --check", "ruff", _ruff_format),
+    ("mypy --check-untyped-defs", "mypy", _mypy),
+]
+
+
+def _compare(
+    name: str,
+    tool: str,
+    finder: Callable[[list[str], Path, list[str]], list[Finding]],
+    tree: Path,
+    files: list[str],
+    base: Path | None,
+) -> LintResult:
+    """``tool``'s findings in ``tree`` less those ``base`` has on the same line."""
+    cmd = find_tool(tool)
+    if cmd is None:
+        return LintResult(name, MISSING, f"{tool} is not installed; skipped")
+    present = [f for f in files if base is not None and (base / f).is_file()]
+    try:
+        found = finder(cmd, tree, files) if files else []
+        old = finder(cmd, base, present) if base is not None and present else []
+    except _ToolFailed as err:
+        return LintResult(name, FAIL, str(err))
+    counts = Counter(key for key, _ in old)
+    new = []
+    for key, shown in found:
+        if counts[key] > 0:
+            counts[key] -= 1
+        else:
+            new.append(shown)
+    status = FAIL if new else PASS
+    return LintResult(name, status, "\n".join(new), len(found) - len(new))
 
 
 def lint(
@@ -221,7 +165,4 @@ def lint(
 ) -> list[LintResult]:
     """ruff check + ruff format --check (+ mypy) of ``files`` in ``tree``."""
     files = [f for f in files if (tree / f).is_file()]
-    results = [ruff_check(tree, files, base), ruff_format(tree, files, base)]
-    if mypy:
-        results.append(mypy_check(tree, files, base))
-    return results
+    return [_compare(*t, tree, files, base) for t in _TOOLS[: 3 if mypy else 2]]

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from .errors import VendorError
 from .git import git
+from .gitwork import am, materialize_git
 from .lint import FAIL, PASS, SKIPPED, LintResult, lint
 from .pin import Pin, Unit, load_pin, load_series, patches_dir, pinned_tree
 from .status import check_unit, upstream_tip
-from .units import apply_unit
 
 HUMAN_REVIEW_BOX = "- [ ] A human has reviewed the code"
 BUNDLE_MARK = "PR_BODY.md"
@@ -59,7 +59,8 @@ def _git(tree: Path, ident: tuple[str, str], *args: str, check: bool = True) -> 
 
 
 def dependency_chain(units: list[Unit], target: Unit, pristine: Path) -> list[Unit]:
-    """``target`` preceded by the earlier units it needs (series order)."""
+    """``target`` preceded by the earlier units whose files it touches, directly or
+    through each other (series order); none if it applies to the release alone."""
     idx = units.index(target)
     if check_unit(target, pristine) is None:
         return [target]
@@ -72,14 +73,27 @@ def dependency_chain(units: list[Unit], target: Unit, pristine: Path) -> list[Un
             if u not in need and u.files().keys() & files:
                 need.add(u)
                 grown = True
-    chain = [u for u in units[: idx + 1] if u in need]
-    with tempfile.TemporaryDirectory() as tmp:
-        trial = Path(tmp) / "t"
-        shutil.copytree(pristine, trial)
+    return [u for u in units[: idx + 1] if u in need]
+
+
+def commit_signed(
+    work: Path, ident: tuple[str, str], chain: list[Unit], every: list[Unit]
+) -> list[Unit]:
+    """`git am` the chain onto ``work``'s release, each commit re-authored as
+    ``ident``, titled by its PR text and signed off; when the chain does not
+    apply, ``every`` unit up to the target instead. Returns the units committed."""
+    base = git(work, "rev-parse", "HEAD").stdout.strip()
+    sign = ["--signoff", "--message"]
+    try:
         for u in chain:
-            if check_unit(u, trial) is not None:
-                return units[: idx + 1]  # overlap was not enough: take every unit
-            apply_unit(u, trial)
+            am(work, u)
+            title = pr_sections(u.message())[0] or u.name
+            _git(work, ident, "commit", "-q", "--amend", "--reset-author", *sign, title)
+    except VendorError:
+        if chain == every:
+            raise
+        git(work, "reset", "-q", "--hard", base)
+        return commit_signed(work, ident, every, every)
     return chain
 
 
@@ -173,26 +187,25 @@ def _onto_tip(
     unit_name: str,
 ) -> Path:
     """A clone of ``upstream_git`` at ``tip`` with the chain's commits from
-    ``work`` cherry-picked onto it; a conflict names the unit and its files."""
+    ``work`` cherry-picked onto it (three-way); a conflict names the unit and its
+    files."""
     repo = tmp / "clone"
     _git(tmp, ident, "clone", "-q", str(upstream_git.resolve()), str(repo))
     _git(repo, ident, "checkout", "-q", "-b", f"kimi/{unit_name}", tip)
     _git(repo, ident, "fetch", "-q", str(work), "main:kimi-pin")
-    shas = _git(
-        repo, ident, "rev-list", "--reverse", f"kimi-pin~{len(chain)}..kimi-pin"
-    ).split()
-    for sha, u in zip(shas, chain, strict=True):
-        committer = {"GIT_COMMITTER_NAME": ident[0], "GIT_COMMITTER_EMAIL": ident[1]}
-        proc = git(repo, "cherry-pick", sha, env=committer, check=False)
-        if proc.returncode != 0:
-            files = _git(repo, ident, "diff", "--name-only", "--diff-filter=U").split()
-            _git(repo, ident, "cherry-pick", "--abort", check=False)
-            raise VendorError(
-                f"unit {u.name} does not merge onto the upstream tip "
-                f"{tip[:12]}: conflicts in {', '.join(files) or '?'}\n"
-                f"{proc.stderr.strip()}\nFix: rebase the series first "
-                "(`tools/vendor rebase`), or resolve by hand."
-            )
+    committer = {"GIT_COMMITTER_NAME": ident[0], "GIT_COMMITTER_EMAIL": ident[1]}
+    picks = f"kimi-pin~{len(chain)}..kimi-pin"
+    proc = git(repo, "cherry-pick", picks, env=committer, check=False)
+    if proc.returncode != 0:
+        u = chain[int(_git(repo, ident, "rev-list", "--count", f"{tip}..HEAD"))]
+        files = _git(repo, ident, "diff", "--name-only", "--diff-filter=U").split()
+        _git(repo, ident, "cherry-pick", "--abort", check=False)
+        raise VendorError(
+            f"unit {u.name} does not merge onto the upstream tip "
+            f"{tip[:12]}: conflicts in {', '.join(files) or '?'}\n"
+            f"{proc.stderr.strip()}\nFix: rebase the series first "
+            "(`tools/vendor rebase`), or resolve by hand."
+        )
     return repo
 
 
@@ -248,16 +261,12 @@ def build_bundle(
     title = pr_sections(target.message())[0] or unit_name
     with tempfile.TemporaryDirectory() as tmp:
         pristine = pinned_tree(root, Path(tmp) / "pristine", sdist)
-        chain = dependency_chain(units, target, pristine)
         work = pinned_tree(root, Path(tmp) / "work", sdist)
-        _git(work, ident, "init", "-q", "-b", "main")
-        _git(work, ident, "add", "-A", "-f")
-        _git(work, ident, "commit", "-q", "-m", f"upstream: {pin.name} {pin.version}")
-        for u in chain:
-            apply_unit(u, work)
-            _git(work, ident, "add", "-A")
-            u_title = pr_sections(u.message())[0] or u.name
-            _git(work, ident, "commit", "-q", "-s", "-m", u_title)
+        materialize_git(root, work, [])
+        every = units[: units.index(target) + 1]
+        chain = commit_signed(
+            work, ident, dependency_chain(units, target, pristine), every
+        )
         repo, base_tree = work, pristine
         base_desc = f"the {pin.name} {pin.version} release (sdist {pin.sdist})"
         if upstream_git is not None:

@@ -13,10 +13,12 @@ Only a complete rebase rewrites the units, `UPSTREAM.toml` and `CHANGELOG.md`.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from .errors import VendorError
 from .git import git
 from .gitwork import BASE_SUBJECT_PREFIX, commit_release, export, materialize_git
 from .pin import load_pin, patches_dir, pinned_tree
-from .pytest_run import run_pytest, tree_env
+from .proc import captured
 from .sdist import cache_dir, download, extract, index_file, sha256_of
 
 APPLIED = "applied"
@@ -160,14 +162,27 @@ def add_changelog(path: Path, entry: str) -> None:
 
 
 def run_unit_tests(tree: Path) -> tuple[bool | None, str]:
-    """`pytest tests/unit` on the tree with PYTHONPATH=src: (passed, summary)."""
+    """`pytest tests/unit` on the tree, importing its `src/`: (passed, summary),
+    counted from pytest's JUnit report."""
     if not (tree / "tests" / "unit").is_dir():
         return None, "no tests/unit in the tree"
-    report = run_pytest(sys.executable, tree, ["tests/unit"], tree_env(tree / "src"))
-    if not report.outcomes:
-        return False, f"pytest reported no tests (rc={report.rc}): {report.tail}"
-    ok = report.rc == 0 and not report.ids("failed")
-    return ok, report.summary()
+    junit = tree / ".rebase-junit.xml"
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "HF_HUB_OFFLINE": "1"}
+    args = ["-q", "-p", "no:randomly", f"--junitxml={junit}", "tests/unit"]
+    proc = captured([sys.executable, "-m", "pytest", *args], cwd=tree, env=env)
+    cases = list(ET.parse(junit).getroot().iter("testcase")) if junit.is_file() else []
+    junit.unlink(missing_ok=True)
+    if not cases:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+        return False, f"pytest reported no tests (rc={proc.returncode}): {tail}"
+    kinds = [{ch.tag for ch in tc} & {"failure", "error", "skipped"} for tc in cases]
+    counts = {
+        "passed": sum(not k for k in kinds),
+        "failed": sum(bool(k - {"skipped"}) for k in kinds),
+        "skipped": sum(k == {"skipped"} for k in kinds),
+    }
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    return proc.returncode == 0 and not counts["failed"], summary
 
 
 def start(root: Path, work: Path, release: Release, version: str) -> str | None:

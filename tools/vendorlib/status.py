@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import VendorError
 from .git import git
+from .gitwork import am, materialize_git
 from .pin import Unit, load_pin, load_series, pinned_tree
-from .sdist import extract_all
-from .units import apply_unit
 
 
 @dataclass
@@ -24,20 +21,17 @@ class UnitStats:
 
 
 def unit_stats(unit: Unit) -> UnitStats:
-    kinds = unit.files()
+    """The unit's size, from `git apply --numstat` (binary files count no lines)."""
+    new = set(unit.new_files())
     added = removed = new_lines = 0
-    current = ""
-    for line in unit.text().splitlines():
-        if line.startswith("diff --git "):
-            current = line.rsplit(" b/", 1)[1]
-        elif current and line.startswith("+") and not line.startswith("+++ "):
-            if kinds.get(current) == "A":
-                new_lines += 1
-            else:
-                added += 1
-        elif current and line.startswith("-") and not line.startswith("--- "):
-            removed += 1
-    return UnitStats(added, removed, len(unit.new_files()), new_lines)
+    numstat = git(unit.path.parent, "apply", "--numstat", str(unit.path.resolve()))
+    for row in numstat.stdout.splitlines():
+        plus, minus, path = row.split("\t", 2)
+        if path in new:
+            new_lines += int(plus) if plus != "-" else 0
+        elif plus != "-":
+            added, removed = added + int(plus), removed + int(minus)
+    return UnitStats(added, removed, len(new), new_lines)
 
 
 def check_unit(unit: Unit, tree: Path) -> str | None:
@@ -49,33 +43,27 @@ def check_unit(unit: Unit, tree: Path) -> str | None:
     return first.removeprefix("error: ")
 
 
-def applies(units: list[Unit], tree: Path) -> dict[str, tuple[bool, bool, str]]:
-    """Per unit: (applies alone, applies after the earlier units, reason if not)."""
+def applies(units: list[Unit], repo: Path) -> dict[str, tuple[bool, bool, str]]:
+    """Per unit: (applies alone to ``repo``'s HEAD, `git am`s after the earlier
+    units that did, reason if not)."""
     out: dict[str, tuple[bool, bool, str]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        seq = Path(tmp) / "seq"
-        shutil.copytree(tree, seq, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-        for unit in units:
-            alone = check_unit(unit, tree)
-            in_order = check_unit(unit, seq)
-            if in_order is None:
-                apply_unit(unit, seq)
-            out[unit.name] = (alone is None, in_order is None, in_order or alone or "")
+    seq = repo.parent / f"{repo.name}-series"
+    git(repo.parent, "clone", "-q", str(repo.resolve()), str(seq))
+    for unit in units:
+        alone = check_unit(unit, repo)
+        in_order = check_unit(unit, seq)
+        if in_order is None:
+            am(seq, unit)
+        out[unit.name] = (alone is None, in_order is None, in_order or alone or "")
     return out
 
 
 def upstream_tip(repo: Path, dest: Path) -> str:
-    """Write the tree of HEAD of the git clone ``repo`` to ``dest``; return its sha."""
+    """Clone the git repository ``repo`` to ``dest``; return the sha of its HEAD."""
     if not (repo / ".git").exists() and not (repo / "HEAD").is_file():
         raise VendorError(f"--upstream-git {repo}: not a git repository")
-    sha = git(repo, "rev-parse", "HEAD").stdout.strip()
-    dest.mkdir(parents=True)
-    tar = dest.parent / f"{dest.name}.tar"
-    git(repo, "archive", "--format=tar", "-o", str(tar.resolve()), "HEAD")
-    with tarfile.open(tar) as tf:
-        extract_all(tf, dest, tar)
-    tar.unlink()
-    return sha
+    git(dest.parent, "clone", "-q", str(repo.resolve()), str(dest))
+    return git(dest, "rev-parse", "HEAD").stdout.strip()
 
 
 def _yes(alone: bool, in_order: bool) -> str:
@@ -91,6 +79,7 @@ def status(root: Path, upstream_git: Path | None, sdist: Path | None) -> int:
     units = load_series(root)
     with tempfile.TemporaryDirectory() as tmp:
         tree = pinned_tree(root, Path(tmp) / "pin", sdist)
+        materialize_git(root, tree, [])
         at_pin = applies(units, tree)
         at_tip: dict[str, tuple[bool, bool, str]] = {}
         tip = ""

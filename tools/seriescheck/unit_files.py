@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .pin import Unit
+from vendorlib.pin import Unit
 
 
 def is_test_file(rel: str) -> bool:

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .proc import captured
+from vendorlib.proc import captured
 
-#: The folder that holds `vendorlib` (for ``python -m vendorlib.pytest_server``).
+#: The folder that holds `seriescheck` (for ``python -m seriescheck.pytest_server``).
 TOOLS = Path(__file__).resolve().parents[1]
 
 #: Environment variables that make torch (and its BLAS) use one thread: for
@@ -175,7 +175,7 @@ class PytestServer:
             json.dumps({"jobs": jobs, "timeout_s": timeout})
         )
         self.proc = subprocess.Popen(
-            [python, "-m", "vendorlib.pytest_server", str(self.work / "job.json")],
+            [python, "-m", "seriescheck.pytest_server", str(self.work / "job.json")],
             env={**env, "PYTHONPATH": str(TOOLS)},
             cwd=self.work,
             stdin=subprocess.PIPE,

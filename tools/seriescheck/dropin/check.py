@@ -15,10 +15,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import VendorError
+from vendorlib.errors import VendorError
+from vendorlib.pin import Unit, load_series, pinned_tree
+from vendorlib.proc import captured
+
 from ..installed import installed_package
-from ..pin import Unit, load_series, pinned_tree
-from ..proc import captured
 from ..pytest_run import TOOLS, tree_env
 from ..unit_files import source_files
 from .cases import Case, api_cases, cli_cases
@@ -89,7 +90,7 @@ def run_cases(
         # Wide enough that rich neither folds a word nor cuts an option name.
         env["COLUMNS"] = "200"
         proc = captured(
-            [python, "-m", "vendorlib.dropin.forkserver", job, out], cwd=work, env=env
+            [python, "-m", "seriescheck.dropin.forkserver", job, out], cwd=work, env=env
         )
         if proc.returncode != 0 or not out.is_file():
             raise VendorError(

@@ -7,8 +7,9 @@ from __future__ import annotations
 import filecmp
 from pathlib import Path
 
-from .errors import VendorError
-from .proc import captured
+from vendorlib.errors import VendorError
+from vendorlib.proc import captured
+
 from .pytest_run import tree_env
 
 # Where `import speculators` would load it from, without running it (torch is slow).

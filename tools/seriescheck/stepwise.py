@@ -25,11 +25,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vendorlib.errors import VendorError
+from vendorlib.gitwork import am, materialize_git
+from vendorlib.pin import Unit, load_pin, load_series, pinned_tree
+
 from .dropin.compare import Comparison
-from .errors import VendorError
 from .impact import EVERYTHING, affected
 from .installed import imported_from, installed_package, same_package
-from .pin import Unit, load_pin, load_series, pinned_tree
 from .pytest_run import PytestReport, PytestServer, TreeRun, tree_env
 from .series_report import OwnResult, SuiteResult, UnitReport, line, summarize
 from .unit_files import (
@@ -39,7 +41,6 @@ from .unit_files import (
     touched_files,
     tree_test_dir_files,
 )
-from .units import apply_unit
 
 TIMEOUT_S = 1800
 
@@ -217,7 +218,8 @@ def merged(reports: list[PytestReport]) -> PytestReport:
 def prepare_trees(
     units: list[Unit], wanted: set[str], stage: Path, scratch: Path, python: str
 ) -> tuple[list[tuple[Unit, Path, str]], tuple[str, str] | None]:
-    """Apply the units one by one to ``stage``; copy it out after each wanted one.
+    """`git am` the units one by one onto ``stage`` (a history of the release);
+    copy its files out after each wanted one.
 
     Returns (unit, its tree, where `speculators` is imported from) per wanted unit
     that applies, and (name, why) of the first unit that does not apply (or None).
@@ -225,12 +227,14 @@ def prepare_trees(
     trees: list[tuple[Unit, Path, str]] = []
     for i, unit in enumerate(units):
         try:
-            apply_unit(unit, stage)
+            am(stage, unit)
         except VendorError as err:
             return trees, (unit.name, str(err))
         if unit.name in wanted:
             tree = scratch / f"{i + 1:02d}-{unit.name}"
-            shutil.copytree(stage, tree, symlinks=True)
+            shutil.copytree(
+                stage, tree, symlinks=True, ignore=shutil.ignore_patterns(".git")
+            )
             trees.append((unit, tree, imported_from(python, tree, scratch)))
     return trees, None
 
@@ -400,6 +404,7 @@ def run_series(
     start = time.monotonic()
     try:
         stage = pinned_tree(root, scratch / "stage", sdist)
+        materialize_git(root, stage, [])
         trees, broken = prepare_trees(units, wanted, stage, scratch, python)
         print(
             f"{pin.name} {pin.version} + each unit with the ones before it: "

@@ -1,6 +1,6 @@
 """Fresh interpreters for the drop-in cases, cheaply: forked from a warm parent.
 
-``python -m vendorlib.dropin.forkserver JOB OUT`` reads the job (trees, cases,
+``python -m seriescheck.dropin.forkserver JOB OUT`` reads the job (trees, cases,
 parallel jobs), and first forks one child per tree that imports what the cases
 will (the package, its models, every command's module) and reports every
 third-party module that loaded. The parent imports those (torch, transformers,

@@ -1,6 +1,6 @@
 """Many pytest runs, each in a fresh interpreter forked from a warm parent.
 
-``python -m vendorlib.pytest_server JOB`` reads batches of runs from stdin, one
+``python -m seriescheck.pytest_server JOB`` reads batches of runs from stdin, one
 JSON list a line (each run: a folder, the `src/` to import `speculators` from,
 pytest's arguments, a log file, where to record its imports or null). For the
 first batch it first forks one child that collects the first run's tests and

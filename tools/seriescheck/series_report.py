@@ -7,9 +7,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from vendorlib.pin import Pin, Unit
+
 from .dropin.compare import Comparison
 from .dropin.compare import report as dropin_report
-from .pin import Pin, Unit
 
 
 @dataclass
