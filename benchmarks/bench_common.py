@@ -13,6 +13,7 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KIMI_HIDDEN",
+    "KIMI_K25_DRAFT",
     "KIMI_VOCAB",
+    "DraftGeometry",
+    "build_llama_draft",
     "cpu_model",
     "device_name",
     "export_and_vllm_check",
@@ -84,6 +88,60 @@ def timing_method(device: torch.device) -> str:
 
 #: Kimi-K2.5's vocabulary and hidden size.
 KIMI_VOCAB, KIMI_HIDDEN = KIMI_K25_TEXT["vocab_size"], KIMI_K25_TEXT["hidden_size"]
+
+
+@dataclass(frozen=True)
+class DraftGeometry:
+    """An EAGLE-3 draft layer's sizes (Llama layers) and its vocabularies."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    draft_vocab: int
+
+
+#: Kimi-K2.5's draft layer: hidden 7168, 64 query and 64 KV heads of 128,
+#: intermediate 18432, target vocabulary 163840, draft vocabulary 32000.
+KIMI_K25_DRAFT = DraftGeometry(7168, 64, 64, 128, 18432, 163840, 32000)
+
+
+def build_llama_draft(
+    geo: DraftGeometry,
+    attn_impl: str,
+    *,
+    ttt_steps: int,
+    verifier_architecture: str,
+    device: torch.device,
+    max_positions: int = 2048,
+) -> Any:
+    """A one-layer EAGLE-3 draft of ``geo``'s sizes with verifier-owned weights
+    filled in: the draft the training benchmarks step, built one way."""
+    from transformers import LlamaConfig
+
+    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
+
+    layer = LlamaConfig(
+        vocab_size=geo.vocab,
+        hidden_size=geo.hidden,
+        intermediate_size=geo.intermediate,
+        num_hidden_layers=1,
+        num_attention_heads=geo.heads,
+        num_key_value_heads=geo.kv_heads,
+        head_dim=geo.head_dim,
+        max_position_embeddings=max_positions,
+    )
+    layer._attn_implementation = attn_impl
+    return build_eagle3_draft(
+        layer,
+        draft_vocab_size=geo.draft_vocab,
+        ttt_steps=ttt_steps,
+        verifier_architecture=verifier_architecture,
+        std=0.02,
+        device=device,
+    )
 
 
 def kimi_size_verifier(

@@ -36,55 +36,38 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench_common import device_name  # this directory (run as a script)
+from bench_common import (  # this directory (run as a script)
+    KIMI_K25_DRAFT,
+    DraftGeometry,
+    build_llama_draft,
+    device_name,
+)
 
 from speculators_kimi.cli_args import save_json_report
 
 
 @dataclass(frozen=True)
-class Geometry:
-    """Draft layer and batch sizes."""
+class Geometry(DraftGeometry):
+    """The draft layer and the packed batch it is stepped on."""
 
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    draft_vocab: int
     seq_len: int
     documents: int
     ttt_steps: int
 
 
-KIMI_K25 = Geometry(7168, 64, 64, 128, 18432, 163840, 32000, 8192, 1, 3)
+KIMI_K25 = Geometry(**asdict(KIMI_K25_DRAFT), seq_len=8192, documents=1, ttt_steps=3)
 QUICK = Geometry(64, 4, 4, 16, 128, 512, 256, 96, 3, 3)
 
 
 def build_draft(geo: Geometry, attn_impl: str, device: torch.device, dtype):
     """A one-layer EAGLE-3 draft with verifier-owned weights filled in."""
-    from transformers import LlamaConfig
-
-    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
-
-    layer = LlamaConfig(
-        vocab_size=geo.vocab,
-        hidden_size=geo.hidden,
-        intermediate_size=geo.intermediate,
-        num_hidden_layers=1,
-        num_attention_heads=geo.heads,
-        num_key_value_heads=geo.kv_heads,
-        head_dim=geo.head_dim,
-        max_position_embeddings=max(geo.seq_len, 2048),
-    )
-    layer._attn_implementation = attn_impl
-    model = build_eagle3_draft(
-        layer,
-        draft_vocab_size=geo.draft_vocab,
+    model = build_llama_draft(
+        geo,
+        attn_impl,
         ttt_steps=geo.ttt_steps,
         verifier_architecture="KimiK25ForConditionalGeneration",
-        std=0.02,
         device=device,
+        max_positions=max(geo.seq_len, 2048),
     )
     return model.to(device=device, dtype=dtype)
 

@@ -46,32 +46,23 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench_common import cpu_model  # this directory (run as a script)
+from bench_common import (  # this directory (run as a script)
+    KIMI_K25_DRAFT,
+    DraftGeometry,
+    build_llama_draft,
+    cpu_model,
+)
 
 from speculators_kimi.cli_args import save_json_report
 
 HERE = Path(__file__).resolve()
 
 
-@dataclass(frozen=True)
-class Geometry:
-    """The draft layer and what it is fed."""
-
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    draft_vocab: int
-
-
-TINY = Geometry(32, 4, 4, 8, 64, 512, 256)
-KIMI_K25 = Geometry(7168, 64, 64, 128, 18432, 163840, 32000)
+TINY = DraftGeometry(32, 4, 4, 8, 64, 512, 256)
 
 CPU_DEGREES = (1, 2, 4)
 CPU_LENGTHS = (1024, 2048, 4096)
@@ -125,37 +116,11 @@ class PeakMeter:
 
 
 # ---------------------------------------------------------------------------
-# The draft and its batch
+# The batch
 # ---------------------------------------------------------------------------
 
 
-def build_draft(geo: Geometry, attn_impl: str, ttt_steps: int, device: Any):
-    from transformers import LlamaConfig
-
-    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
-
-    layer = LlamaConfig(
-        vocab_size=geo.vocab,
-        hidden_size=geo.hidden,
-        intermediate_size=geo.intermediate,
-        num_hidden_layers=1,
-        num_attention_heads=geo.heads,
-        num_key_value_heads=geo.kv_heads,
-        head_dim=geo.head_dim,
-        max_position_embeddings=2048,
-    )
-    layer._attn_implementation = attn_impl
-    return build_eagle3_draft(
-        layer,
-        draft_vocab_size=geo.draft_vocab,
-        ttt_steps=ttt_steps,
-        verifier_architecture="LlamaForCausalLM",
-        std=0.02,
-        device=device,
-    )
-
-
-def host_batch(geo: Geometry, seq_len: int, dtype: Any) -> dict[str, Any]:
+def host_batch(geo: DraftGeometry, seq_len: int, dtype: Any) -> dict[str, Any]:
     """A packed batch as the dataloader gives every rank: whole, on the host."""
     import torch
 
@@ -335,14 +300,20 @@ def worker(args: argparse.Namespace) -> int:
         if cuda
         else torch.device("cpu")
     )
-    geo = KIMI_K25 if cuda else TINY
+    geo = KIMI_K25_DRAFT if cuda else TINY
     # The trainer's dtypes on a GPU; fp32 without autocast on CPU.
     dtypes = (
         (torch.float32, torch.bfloat16, torch.bfloat16)
         if cuda
         else (torch.float32, torch.float32, None)
     )
-    model = build_draft(geo, args.attn_impl, max(args.ttt_steps), device)
+    model = build_llama_draft(
+        geo,
+        args.attn_impl,
+        ttt_steps=max(args.ttt_steps),
+        verifier_architecture="LlamaForCausalLM",
+        device=device,
+    )
     report: dict[str, Any] = {
         "device_name": torch.cuda.get_device_name(device) if cuda else cpu_model(),
         "world_size": world,
@@ -601,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "torch": torch.__version__,
         "command": " ".join(["python", *sys.argv]),
-        "geometry": asdict(KIMI_K25 if cuda else TINY),
+        "geometry": asdict(KIMI_K25_DRAFT if cuda else TINY),
         "attn_impl": args.attn_impl,
         "dtypes": (
             "fp32 parameters, bf16 hidden states and autocast"

@@ -24,13 +24,15 @@ dropped after each round.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import DynamicCache
 
 from .vocab import DraftVocabulary
+
+if TYPE_CHECKING:
+    from .decode import DraftRequest, Proposal
 
 __all__ = ["BlockDraftRunner"]
 
@@ -153,33 +155,22 @@ class BlockDraftRunner:
         return out
 
     @torch.no_grad()
-    def propose(
-        self,
-        context: Sequence[int],
-        aux: torch.Tensor,
-        committed: int,
-        k: int,
-        temperature: float,
-        gen: torch.Generator,
-    ) -> tuple[list[int], list[torch.Tensor | None]]:
-        """``k`` draft tokens (target ids) after ``context`` and, when sampling,
-        their target-vocabulary distributions ``q``.
-
-        :param aux: the verifier's aux states of context positions
-            ``committed ..`` (those not yet in the draft's cache); the last
-            context token (the anchor) has none.
-        """
+    def propose(self, request: DraftRequest) -> Proposal:
+        """``request.k`` draft tokens (target ids) after its context, in one
+        block anchored on the last context token (whose aux state does not
+        exist yet), and, when sampling, their target-vocabulary distributions."""
+        k = request.k
         if k > self.max_tokens:
             raise ValueError(
                 f"a block of {self.block_size} proposes at most {self.max_tokens} "
                 f"tokens (sample_from_anchor={self.sample_from_anchor}); "
                 f"--num-speculative-tokens {k} asks for more"
             )
-        self.crop(committed)
+        self.crop(request.committed)
         first = 0 if self.sample_from_anchor else 1
-        hidden = self.block_hidden(context[-1], aux, first + k)
+        hidden = self.block_hidden(request.context[-1], request.aux, first + k)
         logits = self.model.lm_head(hidden).float()
-        block_tokens = [context[-1]]
+        block_tokens = [request.context[-1]]
         proposed: list[int] = []
         dists: list[torch.Tensor | None] = []
         for slot in range(first, first + k):
@@ -188,7 +179,7 @@ class BlockDraftRunner:
                 row = row + self._markov_bias(hidden, block_tokens, slot)
             if self.candidate_selector is not None:
                 row = self._selected(row, hidden[slot], block_tokens[-1])
-            token, q = self.vocab.choose(row, temperature, gen)
+            token, q = self.vocab.choose(row, request.temperature, request.gen)
             proposed.append(token)
             dists.append(q)
             block_tokens.append(token)

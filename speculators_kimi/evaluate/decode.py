@@ -27,12 +27,34 @@ from ..verifier.causal import CausalVerifier
 from ..verifier.greedy import finished
 
 __all__ = [
+    "DraftRequest",
     "Drafter",
     "PromptResult",
+    "Proposal",
     "acceptance_length",
     "greedy_generate",
     "speculative_generate",
 ]
+
+
+#: What a draft proposes in a round: ``k`` draft tokens (target ids) and, when
+#: sampling, their target-vocabulary distributions ``q`` (``None`` when greedy).
+Proposal = tuple[list[int], list[torch.Tensor | None]]
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """What one round asks the draft for, in one place for every drafter (and
+    every stand-in a test plants): ``k`` draft tokens after ``context``."""
+
+    context: Sequence[int]
+    #: the verifier's aux states of context positions ``committed ..`` (those
+    #: not yet in the draft's cache); the last context token has none
+    aux: torch.Tensor
+    committed: int
+    k: int
+    temperature: float  # 0: greedy
+    gen: torch.Generator  # what sampling draws from
 
 
 class Drafter(Protocol):
@@ -48,18 +70,8 @@ class Drafter(Protocol):
     def crop(self, length: int) -> None:
         """Keep what was built from the first ``length`` verifier states."""
 
-    def propose(
-        self,
-        context: Sequence[int],
-        aux: torch.Tensor,
-        committed: int,
-        k: int,
-        temperature: float,
-        gen: torch.Generator,
-    ) -> tuple[list[int], list[torch.Tensor | None]]:
-        """``k`` draft tokens (target ids) after ``context`` and, when
-        sampling, their target-vocabulary distributions ``q``; ``aux`` holds
-        the verifier's aux states of context positions ``committed ..``."""
+    def propose(self, request: DraftRequest) -> Proposal:
+        """The draft tokens ``request`` asks for, and their distributions."""
         ...
 
 
@@ -151,7 +163,9 @@ def speculative_generate(
     while not done:
         length = len(context) - 1  # tokens the verifier has seen
         proposed, dists = drafter.propose(
-            context, aux, committed, num_speculative_tokens, temperature, gen
+            DraftRequest(
+                context, aux, committed, num_speculative_tokens, temperature, gen
+            )
         )
         before = mark(v_cache, length)
         logits, aux_new = verifier.forward([context[-1], *proposed], v_cache)

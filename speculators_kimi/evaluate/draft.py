@@ -11,7 +11,6 @@ state, and attends to every earlier entry, which is exactly the TTT mask
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -21,6 +20,8 @@ from .vocab import DraftVocabulary
 
 if TYPE_CHECKING:
     from speculators.models.eagle3 import Eagle3DraftModel
+
+    from .decode import DraftRequest, Proposal
 
 __all__ = ["DraftRunner", "untrained_copy"]
 
@@ -90,27 +91,20 @@ class DraftRunner:
         return m.fc(hs)
 
     @torch.no_grad()
-    def propose(
-        self,
-        context: Sequence[int],
-        aux: torch.Tensor,
-        committed: int,
-        k: int,
-        temperature: float,
-        gen: torch.Generator,
-    ) -> tuple[list[int], list[torch.Tensor | None]]:
-        """``k`` chained draft tokens (target ids) and, when sampling, their
-        target-vocabulary distributions ``q``. New cache entries are the pairs
-        (``context[j + 1]``, ``aux[j - committed]``) for ``j >= committed``."""
-        first_position = committed + 1
-        tokens = torch.tensor(context[first_position:], device=self.device)
-        out_states, logits = self.step(tokens, self.project(aux), first_position)
+    def propose(self, request: DraftRequest) -> Proposal:
+        """``request.k`` chained draft tokens (target ids) and, when sampling,
+        their target-vocabulary distributions ``q``. New cache entries are the
+        pairs (``context[j + 1]``, ``aux[j - committed]``) for ``j >= committed``."""
+        k, first_position = request.k, request.committed + 1
+        tokens = torch.tensor(request.context[first_position:], device=self.device)
+        states = self.project(request.aux)
+        out_states, logits = self.step(tokens, states, first_position)
         state, last = out_states[-1:], logits[-1]
         proposed: list[int] = []
         dists: list[torch.Tensor | None] = []
         position = first_position + tokens.shape[0]
         for i in range(k):
-            token, q = self.vocab.choose(last, temperature, gen)
+            token, q = self.vocab.choose(last, request.temperature, request.gen)
             proposed.append(token)
             dists.append(q)
             if i + 1 < k:

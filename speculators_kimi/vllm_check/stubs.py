@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 __all__ = [
     "BLOCK_STUBS",
     "K3_STUBS",
@@ -15,10 +18,12 @@ __all__ = [
 ]
 
 
-def stub_attention() -> None:
-    """vLLM's paged Attention -> causal SDPA over the step (sliding window kept)."""
+@functools.cache
+def _sdpa_attention() -> Any:
+    """The stand-in class for vLLM's paged ``Attention``: causal SDPA over the
+    step (sliding window kept), built once; the block drafters' stand-in
+    extends it (the same heads, scale and window)."""
     import torch
-    import vllm.model_executor.models.llama as vllm_llama
 
     class SdpaAttention(torch.nn.Module):
         def __init__(
@@ -49,7 +54,14 @@ def stub_attention() -> None:
             )
             return out.transpose(0, 1).reshape(n, -1)
 
-    vllm_llama.Attention = SdpaAttention  # type: ignore[misc]
+    return SdpaAttention
+
+
+def stub_attention() -> None:
+    """vLLM's paged Attention -> causal SDPA over the step (sliding window kept)."""
+    import vllm.model_executor.models.llama as vllm_llama
+
+    vllm_llama.Attention = _sdpa_attention()
 
 
 #: What the MLA path replaces, for the JSON report.
@@ -154,20 +166,9 @@ def stub_block_drafter() -> None:
     import torch
     import vllm.model_executor.models.qwen3_dflash as vllm_dflash
 
-    class BlockAttention(torch.nn.Module):
-        def __init__(
-            self,
-            num_heads: int,
-            head_size: int,
-            scale: float,
-            num_kv_heads: int | None = None,
-            per_layer_sliding_window: int | None = None,
-            **_: object,
-        ) -> None:
-            super().__init__()
-            self.heads, self.size, self.scale = num_heads, head_size, scale
-            self.kv_heads = num_kv_heads or num_heads
-            self.window = per_layer_sliding_window
+    class BlockAttention(_sdpa_attention()):  # type: ignore[misc]  # a run-time class
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
             self.kv_cache = None
             # precompute_and_store_context_kv writes through attn.impl (not a
             # submodule: a module holding itself would loop named_modules).

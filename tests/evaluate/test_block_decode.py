@@ -23,6 +23,7 @@ from speculators_kimi.evaluate.algorithms import (
     check_decodable,
 )
 from speculators_kimi.evaluate.block_draft import BlockDraftRunner
+from speculators_kimi.evaluate.decode import DraftRequest
 from speculators_kimi.verifier.causal import CausalVerifier, load_causal_verifier
 
 BLOCK = 4
@@ -205,13 +206,13 @@ def _check_block_proposals(verifier: CausalVerifier, draft: Any) -> None:
     for anchor in (6, 15):
         # Round one caches positions < 4; round two adds the rest.
         runner.reset()
-        runner.propose(ids[:5], aux[:4], 0, k, 0.0, gen)
+        runner.propose(DraftRequest(ids[:5], aux[:4], 0, k, 0.0, gen))
         assert runner.length == 4
         hidden = runner.block_hidden(ids[anchor], aux[4:anchor], BLOCK)
         assert runner.length == anchor
         got = draft.lm_head(hidden)
         proposed, _ = runner.propose(
-            ids[: anchor + 1], aux[anchor:anchor], anchor, k, 0.0, gen
+            DraftRequest(ids[: anchor + 1], aux[anchor:anchor], anchor, k, 0.0, gen)
         )
         # The proposals become the block's tokens (teacher forcing).
         after = anchor + 1 + len(proposed)

@@ -23,7 +23,12 @@ from transformers.cache_utils import DynamicLayer
 
 from speculators_kimi import tiny_verifier as tiny
 from speculators_kimi.evaluate import decode
-from speculators_kimi.evaluate.decode import greedy_generate, speculative_generate
+from speculators_kimi.evaluate.decode import (
+    DraftRequest,
+    Proposal,
+    greedy_generate,
+    speculative_generate,
+)
 from speculators_kimi.verifier.cache import CacheMark
 from speculators_kimi.verifier.causal import CausalVerifier, load_causal_verifier
 
@@ -59,22 +64,15 @@ class PlantedDraft:
 
     def crop(self, length: int) -> None: ...
 
-    def propose(
-        self,
-        context: Sequence[int],
-        aux: torch.Tensor,
-        committed: int,
-        k: int,
-        temperature: float,
-        gen: torch.Generator,
-    ) -> tuple[list[int], list[torch.Tensor | None]]:
+    def propose(self, request: DraftRequest) -> Proposal:
+        start = len(request.context)
         proposed = []
-        for index in range(len(context), len(context) + k):
+        for index in range(start, start + request.k):
             want = self.truth[index] if index < len(self.truth) else 0
             if index in self.wrong:
                 want = (want + 1) % self.vocab
             proposed.append(want)
-        return proposed, [None] * k
+        return proposed, [None] * request.k
 
 
 def _crop_only(
