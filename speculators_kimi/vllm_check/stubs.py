@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import tempfile
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -364,11 +366,14 @@ def init_single_process() -> None:
     if model_parallel_is_initialized():
         return
 
+    # A file store, not a TCP port: two checks at once (pytest-xdist workers)
+    # collided on a fixed port.
+    store = Path(tempfile.mkdtemp(prefix="vllm-check-")) / "store"
     init_distributed_environment(
         world_size=1,
         rank=0,
         local_rank=0,
-        distributed_init_method="tcp://127.0.0.1:29577",
+        distributed_init_method=f"file://{store}",
         backend="gloo",
     )
     initialize_model_parallel(1, 1)
