@@ -179,7 +179,7 @@ def test_offloaded_verifier_gives_identical_states_and_acceptance(
     assert report.lossless
 
 
-def test_evaluate_command(trained_demo, tmp_path):
+def test_evaluate_command(trained_demo, tmp_path, capsys):
     verifier_dir, data, ckpt = _paths(trained_demo)
     report = tmp_path / "al.json"
     base = [str(BIN / "speculators-kimi"), "evaluate", "--verifier", str(verifier_dir)]
@@ -229,29 +229,25 @@ def test_evaluate_command(trained_demo, tmp_path):
         )
         + "\n"
     )
-    proc = run(
+    # The rest in this process: the console script's path is the run above.
+    verifier = ["evaluate", "--verifier", str(verifier_dir)]
+    code = cli.main(
         [
-            *base,
-            "--draft",
-            str(ckpt),
-            "--prompts",
-            str(convs),
-            "--json",
-            str(report),
-            "--temperature",
-            "0.7",
-            "--no-progress",
+            *verifier,
+            *("--draft", str(ckpt), "--prompts", str(convs)),
+            *("--json", str(report), "--temperature", "0.7", "--no-progress"),
         ]
     )
     got = json.loads(report.read_text())
-    assert got["num_prompts"] == 2 and got["lossless"] is None
+    assert code == 0 and got["num_prompts"] == 2 and got["lossless"] is None
+    capsys.readouterr()
 
     # Clear errors: a directory that is no checkpoint; a bad JSONL line.
-    bad = run([*base, "--draft", str(tmp_path), "--data", str(data)], check=False)
-    assert bad.returncode == 1 and "no config.json" in bad.stderr
+    code = cli.main([*verifier, "--draft", str(tmp_path), "--data", str(data)])
+    assert code == 1 and "no config.json" in capsys.readouterr().err
     convs.write_text('{"messages": []}\n')
-    bad = run([*base, "--draft", str(ckpt), "--prompts", str(convs)], check=False)
-    assert bad.returncode != 0 and f"{convs}:1" in bad.stderr
+    code = cli.main([*verifier, "--draft", str(ckpt), "--prompts", str(convs)])
+    assert code != 0 and f"{convs}:1" in capsys.readouterr().err
 
 
 def test_a_moved_checkpoint_evaluates_with_the_given_verifier(trained_demo, tmp_path):
