@@ -29,6 +29,7 @@ __all__ = [
     "KIMI_VOCAB",
     "DraftGeometry",
     "build_llama_draft",
+    "build_mla_draft",
     "cpu_model",
     "device_name",
     "export_and_vllm_check",
@@ -139,6 +140,50 @@ def build_llama_draft(
         draft_vocab_size=geo.draft_vocab,
         ttt_steps=ttt_steps,
         verifier_architecture=verifier_architecture,
+        std=0.02,
+        device=device,
+    )
+
+
+def build_mla_draft(
+    geo: DraftGeometry,
+    attn_impl: str,
+    *,
+    ttt_steps: int,
+    device: torch.device,
+    max_positions: int = 2048,
+) -> Any:
+    """The MLA draft (``--draft-arch deepseek_v3``) at ``geo``'s sizes in Kimi-K2.5's
+    proportions: ``heads`` query heads, nope and v ``head_dim``, rope half of it,
+    q and kv LoRA ranks at Kimi-K2.5's ratio to the hidden size (1536 and 512 at
+    7168)."""
+    from transformers import DeepseekV3Config
+
+    from speculators_kimi.tiny_verifier import mla_text
+    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
+
+    layer = DeepseekV3Config(
+        **mla_text(
+            vocab_size=geo.vocab,
+            hidden_size=geo.hidden,
+            intermediate_size=geo.intermediate,
+            num_hidden_layers=1,
+            num_attention_heads=geo.heads,
+            num_key_value_heads=geo.heads,
+            qk_nope_head_dim=geo.head_dim,
+            qk_rope_head_dim=geo.head_dim // 2,
+            v_head_dim=geo.head_dim,
+            q_lora_rank=max(4, round(geo.hidden * 1536 / 7168)),
+            kv_lora_rank=max(4, round(geo.hidden * 512 / 7168)),
+            max_position_embeddings=max_positions,
+        )
+    )
+    layer._attn_implementation = attn_impl
+    return build_eagle3_draft(
+        layer,
+        draft_vocab_size=geo.draft_vocab,
+        ttt_steps=ttt_steps,
+        verifier_architecture="DeepseekV3ForCausalLM",
         std=0.02,
         device=device,
     )

@@ -54,6 +54,7 @@ from bench_common import (  # this directory (run as a script)
     KIMI_K25_DRAFT,
     DraftGeometry,
     build_llama_draft,
+    build_mla_draft,
     cpu_model,
 )
 
@@ -307,13 +308,18 @@ def worker(args: argparse.Namespace) -> int:
         if cuda
         else (torch.float32, torch.float32, None)
     )
-    model = build_llama_draft(
-        geo,
-        args.attn_impl,
-        ttt_steps=max(args.ttt_steps),
-        verifier_architecture="LlamaForCausalLM",
-        device=device,
-    )
+    if args.draft_arch == "deepseek_v3":
+        model = build_mla_draft(
+            geo, args.attn_impl, ttt_steps=max(args.ttt_steps), device=device
+        )
+    else:
+        model = build_llama_draft(
+            geo,
+            args.attn_impl,
+            ttt_steps=max(args.ttt_steps),
+            verifier_architecture="LlamaForCausalLM",
+            device=device,
+        )
     report: dict[str, Any] = {
         "device_name": torch.cuda.get_device_name(device) if cuda else cpu_model(),
         "world_size": world,
@@ -412,12 +418,12 @@ def h200_estimate(degrees: tuple[int, ...] = (1, 2, 4, 8)) -> dict[str, Any]:
 
     Per rank: fp32 weights, gradients and AdamW state (16 bytes per trainable
     parameter, 4 per frozen one, not sharded), plus the activations per token
-    divided by the degree (the CPU run: every rank's peak is degree 1's over
-    the degree, 2.00x and 3.89-3.99x at 1-4K tokens), plus what every rank holds
-    whole: one query block's mask (``QUERY_BLOCK x T N`` booleans and sdpa's
-    additive bf16 copy) and the ids, positions and loss mask (25 bytes a
-    token). The MLA draft trains under ``--sp-size``, but its rows past degree 1
-    are not estimated: its per-rank peak was not measured against the degree.
+    divided by the degree, plus what every rank holds whole: one query block's
+    mask (``QUERY_BLOCK x T N`` booleans and sdpa's additive bf16 copy) and the
+    ids, positions and loss mask (25 bytes a token). The CPU runs of both
+    drafts (Llama and MLA, 1-4K tokens) show that split: a rank's peak is
+    degree 1's over 2.00-2.01 at degree 2 and over 3.44-3.49 at degree 4, the
+    shortfall from 4 being the query block's mask each rank builds whole.
     """
     rows = []
     for draft, (trainable, frozen, per_token) in KIMI_DRAFTS.items():
@@ -432,9 +438,6 @@ def h200_estimate(degrees: tuple[int, ...] = (1, 2, 4, 8)) -> dict[str, Any]:
                 "whole_bytes_per_token_per_rank": whole,
             }
             for degree in degrees:
-                if degree > 1 and draft != "llama":
-                    row[f"degree_{degree}_max_tokens"] = None
-                    continue
                 tokens = (H200_BYTES - static) / (activations / degree + whole)
                 step = 1024 * degree  # --total-seq-len must divide by the degree
                 row[f"degree_{degree}_max_tokens"] = int(tokens // step * step)
@@ -458,6 +461,7 @@ def run_degree(args, degree: int, part: Path) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     cmd += [f"--nproc-per-node={degree}", str(HERE), "--worker", "--part", str(part)]
     cmd += ["--device", args.device, "--attn-impl", args.attn_impl]
+    cmd += ["--draft-arch", args.draft_arch]
     cmd += [
         "--lengths",
         *map(str, args.lengths),
@@ -531,6 +535,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mask-lengths", type=int, nargs="*", default=None)
     parser.add_argument("--attn-impl", default=None, help="inner attention")
     parser.add_argument(
+        "--draft-arch",
+        choices=("llama", "deepseek_v3"),
+        default="llama",
+        help="the draft layer: Llama or MLA (as --draft-arch in training)",
+    )
+    parser.add_argument(
         "--deadline", type=float, default=None, help="seconds; later lengths skipped"
     )
     parser.add_argument(
@@ -573,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "command": " ".join(["python", *sys.argv]),
         "geometry": asdict(KIMI_K25_DRAFT if cuda else TINY),
+        "draft_arch": args.draft_arch,
         "attn_impl": args.attn_impl,
         "dtypes": (
             "fp32 parameters, bf16 hidden states and autocast"
