@@ -28,13 +28,13 @@ __all__ = [
     "KIMI_K25_DRAFT",
     "KIMI_VOCAB",
     "DraftGeometry",
-    "build_llama_draft",
-    "build_mla_draft",
     "cpu_model",
     "device_name",
+    "draft_layer",
     "export_and_vllm_check",
     "kernel_report",
     "kimi_size_verifier",
+    "one_layer_draft",
     "process_memory",
     "timing_method",
 ]
@@ -109,81 +109,66 @@ class DraftGeometry:
 KIMI_K25_DRAFT = DraftGeometry(7168, 64, 64, 128, 18432, 163840, 32000)
 
 
-def build_llama_draft(
-    geo: DraftGeometry,
-    attn_impl: str,
-    *,
-    ttt_steps: int,
-    verifier_architecture: str,
-    device: torch.device,
-    max_positions: int = 2048,
-) -> Any:
-    """A one-layer EAGLE-3 draft of ``geo``'s sizes with verifier-owned weights
-    filled in: the draft the training benchmarks step, built one way."""
-    from transformers import LlamaConfig
-
-    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
-
-    layer = LlamaConfig(
-        vocab_size=geo.vocab,
-        hidden_size=geo.hidden,
-        intermediate_size=geo.intermediate,
-        num_hidden_layers=1,
-        num_attention_heads=geo.heads,
-        num_key_value_heads=geo.kv_heads,
-        head_dim=geo.head_dim,
-        max_position_embeddings=max_positions,
-    )
-    layer._attn_implementation = attn_impl
-    return build_eagle3_draft(
-        layer,
-        draft_vocab_size=geo.draft_vocab,
-        ttt_steps=ttt_steps,
-        verifier_architecture=verifier_architecture,
-        std=0.02,
-        device=device,
-    )
+#: The verifier architecture each draft layer is built for (``--draft-arch``).
+DRAFT_VERIFIERS = {"llama": "LlamaForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}
 
 
-def build_mla_draft(
-    geo: DraftGeometry,
-    attn_impl: str,
-    *,
-    ttt_steps: int,
-    device: torch.device,
-    max_positions: int = 2048,
-) -> Any:
-    """The MLA draft (``--draft-arch deepseek_v3``) at ``geo``'s sizes in Kimi-K2.5's
-    proportions: ``heads`` query heads, nope and v ``head_dim``, rope half of it,
-    q and kv LoRA ranks at Kimi-K2.5's ratio to the hidden size (1536 and 512 at
-    7168)."""
-    from transformers import DeepseekV3Config
+def draft_layer(geo: DraftGeometry, arch: str, max_positions: int) -> Any:
+    """The draft layer's config at ``geo``'s sizes: a Llama layer, or an MLA one
+    (``deepseek_v3``) in Kimi-K2.5's proportions: nope and v ``head_dim``, rope
+    half of it, q and kv LoRA ranks at Kimi-K2.5's ratio to the hidden size
+    (1536 and 512 at 7168)."""
+    from transformers import DeepseekV3Config, LlamaConfig
 
     from speculators_kimi.tiny_verifier import mla_text
-    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
 
-    layer = DeepseekV3Config(
+    sizes = {
+        "vocab_size": geo.vocab,
+        "hidden_size": geo.hidden,
+        "intermediate_size": geo.intermediate,
+        "num_hidden_layers": 1,
+        "num_attention_heads": geo.heads,
+        "max_position_embeddings": max_positions,
+    }
+    if arch == "llama":
+        return LlamaConfig(
+            **sizes, num_key_value_heads=geo.kv_heads, head_dim=geo.head_dim
+        )
+    return DeepseekV3Config(
         **mla_text(
-            vocab_size=geo.vocab,
-            hidden_size=geo.hidden,
-            intermediate_size=geo.intermediate,
-            num_hidden_layers=1,
-            num_attention_heads=geo.heads,
+            **sizes,
             num_key_value_heads=geo.heads,
             qk_nope_head_dim=geo.head_dim,
             qk_rope_head_dim=geo.head_dim // 2,
             v_head_dim=geo.head_dim,
             q_lora_rank=max(4, round(geo.hidden * 1536 / 7168)),
             kv_lora_rank=max(4, round(geo.hidden * 512 / 7168)),
-            max_position_embeddings=max_positions,
         )
     )
+
+
+def one_layer_draft(
+    geo: DraftGeometry,
+    attn_impl: str,
+    *,
+    ttt_steps: int,
+    device: torch.device,
+    arch: str = "llama",
+    verifier_architecture: str | None = None,
+    max_positions: int = 2048,
+) -> Any:
+    """A one-layer EAGLE-3 draft of ``geo``'s sizes (``arch``: ``llama`` or
+    ``deepseek_v3``) with verifier-owned weights filled in: the draft the
+    training benchmarks step, built one way."""
+    from speculators_kimi.tiny_verifier.draft import build_eagle3_draft
+
+    layer = draft_layer(geo, arch, max_positions)
     layer._attn_implementation = attn_impl
     return build_eagle3_draft(
         layer,
         draft_vocab_size=geo.draft_vocab,
         ttt_steps=ttt_steps,
-        verifier_architecture="DeepseekV3ForCausalLM",
+        verifier_architecture=verifier_architecture or DRAFT_VERIFIERS[arch],
         std=0.02,
         device=device,
     )

@@ -39,8 +39,8 @@ import torch
 from bench_common import (  # this directory (run as a script)
     KIMI_K25_DRAFT,
     DraftGeometry,
-    build_llama_draft,
     device_name,
+    one_layer_draft,
 )
 
 from speculators_kimi.cli_args import save_json_report
@@ -61,7 +61,7 @@ QUICK = Geometry(64, 4, 4, 16, 128, 512, 256, 96, 3, 3)
 
 def build_draft(geo: Geometry, attn_impl: str, device: torch.device, dtype):
     """A one-layer EAGLE-3 draft with verifier-owned weights filled in."""
-    model = build_llama_draft(
+    model = one_layer_draft(
         geo,
         attn_impl,
         ttt_steps=geo.ttt_steps,

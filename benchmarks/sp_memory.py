@@ -53,9 +53,8 @@ from typing import Any
 from bench_common import (  # this directory (run as a script)
     KIMI_K25_DRAFT,
     DraftGeometry,
-    build_llama_draft,
-    build_mla_draft,
     cpu_model,
+    one_layer_draft,
 )
 
 from speculators_kimi.cli_args import save_json_report
@@ -308,18 +307,13 @@ def worker(args: argparse.Namespace) -> int:
         if cuda
         else (torch.float32, torch.float32, None)
     )
-    if args.draft_arch == "deepseek_v3":
-        model = build_mla_draft(
-            geo, args.attn_impl, ttt_steps=max(args.ttt_steps), device=device
-        )
-    else:
-        model = build_llama_draft(
-            geo,
-            args.attn_impl,
-            ttt_steps=max(args.ttt_steps),
-            verifier_architecture="LlamaForCausalLM",
-            device=device,
-        )
+    model = one_layer_draft(
+        geo,
+        args.attn_impl,
+        ttt_steps=max(args.ttt_steps),
+        device=device,
+        arch=args.draft_arch,
+    )
     report: dict[str, Any] = {
         "device_name": torch.cuda.get_device_name(device) if cuda else cpu_model(),
         "world_size": world,
