@@ -232,7 +232,6 @@ def measure_sp_mask(model, seq_len: int, ttt_steps: int) -> list[dict]:
 
     state = sp._UlyssesState(
         group=train_dist.get_sp_group(),
-        size=1,
         document_ids=(torch.arange(seq_len) // DOCUMENT_TOKENS),
         seq_len=seq_len,
         backend=get_backend("eager"),
