@@ -77,6 +77,9 @@ def test_check_proves_the_series(project_copy, upstream_sdist):
     proc = vendor(project_copy, "check", "--sdist", str(upstream_sdist))
     for unit in load_series(project_copy):
         assert f"{unit.name}: applies" in proc.stdout
+    # Upstream's linters, mypy included, on every unit's files.
+    for tool in ("ruff check", "ruff format --check", "mypy --check-untyped-defs"):
+        assert f"upstream lint, {tool}: pass" in proc.stdout, proc.stdout
     assert "git am of the series (materialize --git)" in proc.stdout
 
 
