@@ -12,8 +12,8 @@
 # The device tool lends 15 minutes in all (start-up included), so a second try is
 # of the failed steps only:
 #   STEPS="kernel-tiles draft-train-step" bash benchmarks/run_on_device.sh
-# `sp-memory` is opt-in (outside the 480 s): it runs only when STEPS names it,
-# as a try of its own (device tool timeout_s: 300):
+# `sp-memory` and `sp-memory-mla` are opt-in (outside the 480 s): each runs only
+# when STEPS names it, as a try of its own (device tool timeout_s: 300):
 #   STEPS="sp-memory" bash benchmarks/run_on_device.sh
 #
 # From this machine (no GPU needed to prepare):
@@ -109,6 +109,13 @@ step draft-train-step 110 python3 benchmarks/draft_train_step.py --rounds 3 \
 if [[ " ${STEPS:-} " == *" sp-memory "* ]]; then
     step sp-memory 240 python3 benchmarks/sp_memory.py --device cuda \
         --deadline 150 --work "$OUT/sp_memory" --json "$OUT/sp_memory.json"
+fi
+# Opt-in, 240 s: the same for the MLA draft (Kimi-K2.5's: 64 heads, nope 128,
+# rope 64, v 128, LoRA ranks 1536 / 512)
+if [[ " ${STEPS:-} " == *" sp-memory-mla "* ]]; then
+    step sp-memory-mla 240 python3 benchmarks/sp_memory.py --device cuda \
+        --draft-arch deepseek_v3 --deadline 150 --work "$OUT/sp_memory_mla" \
+        --json "$OUT/sp_memory_mla.json"
 fi
 echo "done at $((SECONDS - started))s; $failed failed step(s)"
 exit "$failed"
