@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "DRAFT_VERIFIERS",
     "KIMI_HIDDEN",
     "KIMI_K25_DRAFT",
     "KIMI_VOCAB",

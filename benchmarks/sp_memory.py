@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_common import (  # this directory (run as a script)
+    DRAFT_VERIFIERS,
     KIMI_K25_DRAFT,
     DraftGeometry,
     cpu_model,
@@ -529,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attn-impl", default=None, help="inner attention")
     parser.add_argument(
         "--draft-arch",
-        choices=("llama", "deepseek_v3"),
+        choices=tuple(DRAFT_VERIFIERS),
         default="llama",
         help="the draft layer: Llama or MLA (as --draft-arch in training)",
     )

@@ -182,7 +182,8 @@ def test_offloaded_verifier_gives_identical_states_and_acceptance(
 def test_evaluate_command(trained_demo, tmp_path, capsys):
     verifier_dir, data, ckpt = _paths(trained_demo)
     report = tmp_path / "al.json"
-    base = [str(BIN / "speculators-kimi"), "evaluate", "--verifier", str(verifier_dir)]
+    verifier = ["evaluate", "--verifier", str(verifier_dir)]
+    base = [str(BIN / "speculators-kimi"), *verifier]
     # A run's checkpoints directory: its checkpoint_best is evaluated.
     proc = run(
         [
@@ -230,7 +231,6 @@ def test_evaluate_command(trained_demo, tmp_path, capsys):
         + "\n"
     )
     # The rest in this process: the console script's path is the run above.
-    verifier = ["evaluate", "--verifier", str(verifier_dir)]
     code = cli.main(
         [
             *verifier,

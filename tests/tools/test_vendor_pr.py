@@ -12,7 +12,7 @@ import pytest
 from helpers import extract_tar, run, vendor
 from seriescheck.pytest_run import run_pytest, tree_env
 from seriescheck.unit_files import own_test_files
-from vendorlib.pin import load_series
+from vendorlib.pin import Unit, load_series
 
 IDENT = {
     "GIT_AUTHOR_NAME": "Pat Tester",
@@ -42,16 +42,20 @@ def fresh_pin_repo(sdist: Path, dest: Path) -> Path:
     return tree
 
 
+def smallest_unit_with_tests(project: Path) -> Unit:
+    """The smallest unit that ships tests: the bundle's mechanics, not a second
+    run of the heaviest unit's tests (the series and the materialized tree run
+    every unit's)."""
+    return min(
+        (u for u in load_series(project) if own_test_files(u)),
+        key=lambda u: u.path.stat().st_size,
+    )
+
+
 def test_pr_bundle_applies_to_the_pin_signed_and_tested(
     project_copy, tmp_path, upstream_sdist
 ):
-    # The smallest unit that ships tests: the bundle's mechanics, not a second
-    # run of the heaviest unit's tests (the series and the materialized tree run
-    # every unit's).
-    unit = min(
-        (u for u in load_series(project_copy) if own_test_files(u)),
-        key=lambda u: u.path.stat().st_size,
-    )
+    unit = smallest_unit_with_tests(project_copy)
     out = tmp_path / "bundle"
     proc = vendor(
         project_copy,
@@ -161,13 +165,7 @@ def test_pr_onto_an_upstream_clone_and_status(project_copy, tmp_path, upstream_s
         (upstream / "README.md").read_text() + "\nMore on main.\n"
     )
     run(["git", "commit", "-qam", "docs on main"], cwd=upstream, env=IDENT)
-    # The smallest unit that ships tests: the bundle's mechanics, not a second
-    # run of the heaviest unit's tests (the series and the materialized tree run
-    # every unit's).
-    unit = min(
-        (u for u in load_series(project_copy) if own_test_files(u)),
-        key=lambda u: u.path.stat().st_size,
-    )
+    unit = smallest_unit_with_tests(project_copy)
     out = tmp_path / "bundle"
     args = ["--sdist", str(upstream_sdist), "--no-mypy"]
     vendor(
@@ -202,13 +200,7 @@ def test_pr_onto_an_upstream_clone_and_status(project_copy, tmp_path, upstream_s
 @pytest.mark.slow
 def test_pr_lint_runs_mypy(project_copy, tmp_path, upstream_sdist):
     """mypy on a cold cache analyses torch (about 90 s); warm, a few seconds."""
-    # The smallest unit that ships tests: the bundle's mechanics, not a second
-    # run of the heaviest unit's tests (the series and the materialized tree run
-    # every unit's).
-    unit = min(
-        (u for u in load_series(project_copy) if own_test_files(u)),
-        key=lambda u: u.path.stat().st_size,
-    )
+    unit = smallest_unit_with_tests(project_copy)
     out = tmp_path / "bundle"
     vendor(
         project_copy, "pr", unit.name, "--out", str(out), "--sdist", str(upstream_sdist)
