@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from vendorlib.build import (  # noqa: E402
     STAMP,
     build_info_text,
+    upstream_dev_requirement,
     upstream_requirements,
     vendored_dir,
 )
@@ -35,8 +36,6 @@ TEST_REQUIREMENTS = [
     "pytest-xdist>=3.6",
     # The session's trained demos, built once across xdist workers (tests/conftest.py).
     "filelock>=3.9",
-    "ruff>=0.15",
-    "mypy>=1.10",
     "tomli-w>=1.0",
     "pytest-mock",
     "pytest-asyncio",
@@ -73,6 +72,9 @@ class BuildPyWithBuildInfo(build_py):
 BUILD_BASE = Path("build") / (TREE / STAMP).read_text().split()[0][:16]
 (ROOT / BUILD_BASE).mkdir(parents=True, exist_ok=True)
 reqs = upstream_requirements(TREE, PIN)
+# `tools/vendor check` and `pr` lint the units with upstream's own ruff and mypy, at
+# the versions its dev extra pins (our code's lint is .pre-commit-config.yaml's).
+TEST_REQUIREMENTS += [upstream_dev_requirement(TREE, t) for t in ("ruff", "mypy")]
 src = TREE.relative_to(ROOT) / "src"
 setup(
     packages=[

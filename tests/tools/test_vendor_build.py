@@ -6,9 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import first_changed_hunk, run, snapshot, vendor
+from helpers import ROOT, first_changed_hunk, run, snapshot, vendor
 from seriescheck.pytest_run import run_pytest, tree_env
 from seriescheck.unit_files import own_test_files, tree_test_files
+from vendorlib.build import upstream_dev_requirement, vendored_dir
+from vendorlib.lint import find_tool, not_upstreams_version
 from vendorlib.pin import load_series
 
 
@@ -81,6 +83,24 @@ def test_check_proves_the_series(project_copy, upstream_sdist):
     for tool in ("ruff check", "ruff format --check", "mypy --check-untyped-defs"):
         assert f"upstream lint, {tool}: pass" in proc.stdout, proc.stdout
     assert "git am of the series (materialize --git)" in proc.stdout
+
+
+@pytest.mark.parametrize("tool", ["ruff", "mypy"])
+def test_units_are_linted_with_upstreams_pinned_linters(tmp_path, tool):
+    """Another ruff formats and flags otherwise (0.17 splits a line that upstream's
+    0.15 joins), so the lint takes only the versions upstream's dev extra pins."""
+    tree = vendored_dir(ROOT)
+    pinned = upstream_dev_requirement(tree, tool)
+    installed = find_tool(tool)
+    assert installed is not None
+    assert not_upstreams_version(installed, tool, tree) is None  # the test extra's
+    other = tmp_path / tool
+    other.write_text(f"#!/bin/sh\necho {tool} 99.0.1\n")
+    other.chmod(0o755)
+    problem = not_upstreams_version([str(other)], tool, tree)
+    assert problem is not None
+    assert f"{tool} 99.0.1" in problem
+    assert f"pip install '{pinned}'" in problem
 
 
 def test_materialize_export_and_add_a_unit_through_git(

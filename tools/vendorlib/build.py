@@ -150,16 +150,20 @@ class Requirements:
     extras: dict[str, list[str]]
 
 
-def upstream_requirements(tree: Path, pin: Pin) -> Requirements:
-    """Requires-Dist of the sdist's PKG-INFO, minus the pin's `drop` list and `dev`."""
+def _requires_dist(tree: Path) -> list[str]:
     pkg_info = tree / "PKG-INFO"
     if not pkg_info.is_file():
         raise VendorError(f"{pkg_info}: missing; the sdist has no metadata to read")
     meta = email.parser.Parser().parsestr(pkg_info.read_text())
+    return meta.get_all("Requires-Dist") or []
+
+
+def upstream_requirements(tree: Path, pin: Pin) -> Requirements:
+    """Requires-Dist of the sdist's PKG-INFO, minus the pin's `drop` list and `dev`."""
     dropped = {d.lower().replace("_", "-") for d in pin.drop_requires}
     base: list[str] = []
     extras: dict[str, list[str]] = {}
-    for req in meta.get_all("Requires-Dist") or []:
+    for req in _requires_dist(tree):
         name = _NAME.match(req)
         if name and name.group(1).lower().replace("_", "-") in dropped:
             continue
@@ -169,6 +173,17 @@ def upstream_requirements(tree: Path, pin: Pin) -> Requirements:
         else:
             base.append(req)
     return Requirements(base, extras)
+
+
+def upstream_dev_requirement(tree: Path, name: str) -> str:
+    """Upstream's `dev` pin of ``name`` (e.g. ``ruff~=0.15.20``): its linters run at
+    these versions, in its pre-commit and CI, so the units are linted with them."""
+    for req in _requires_dist(tree):
+        m = _EXTRA.match(req)
+        n = _NAME.match(m["req"]) if m and m["extra"] == "dev" else None
+        if m and n and n.group(1).lower() == name:
+            return m["req"]
+    raise VendorError(f"{tree / 'PKG-INFO'}: the dev extra does not name {name}")
 
 
 def upstream_console_scripts(tree: Path) -> list[str]:

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .build import upstream_dev_requirement
+from .errors import VendorError
 from .pin import Unit
 from .proc import captured
 from .sdist import cache_dir
@@ -123,6 +125,26 @@ def _mypy(mypy: list[str], where: Path, files: list[str]) -> list[Finding]:
     ]
 
 
+def not_upstreams_version(cmd: list[str], tool: str, tree: Path) -> str | None:
+    """Why ``cmd`` is not the version upstream lints with, or None if it is: another
+    ruff formats and flags differently (0.17 wants lines that 0.15 joins)."""
+    try:
+        pinned = upstream_dev_requirement(tree, tool)
+    except VendorError:
+        return None  # a release whose dev extra does not pin it
+    from packaging.requirements import Requirement
+
+    proc = captured([*cmd, "--version"])
+    found = re.search(r"\b\d+(\.\d+)+\b", proc.stdout)
+    version = found.group(0) if found else "?"
+    if found and Requirement(pinned).specifier.contains(version):
+        return None
+    return (
+        f"{tool} {version} is not the version upstream lints with ({pinned}, from "
+        f"its dev extra): pip install '{pinned}' (our test extra pins it)"
+    )
+
+
 _TOOLS: list[tuple[str, str, Callable[[list[str], Path, list[str]], list[Finding]]]]
 _TOOLS = [
     ("ruff check", "ruff", _ruff_check),
@@ -143,6 +165,8 @@ def _compare(
     cmd = find_tool(tool)
     if cmd is None:
         return LintResult(name, MISSING, f"{tool} is not installed; skipped")
+    if problem := not_upstreams_version(cmd, tool, tree):
+        return LintResult(name, FAIL, problem)
     present = [f for f in files if base is not None and (base / f).is_file()]
     try:
         found = finder(cmd, tree, files) if files else []
