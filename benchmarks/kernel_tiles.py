@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""Per-kernel timings, a tile sweep and FlexAttention's per-kernel split.
+"""Per-kernel timings, a tile sweep and its check, and FlexAttention's split.
 
 What the full ``draft_attention.py`` benchmark cannot say: which of our four kernels
 (``fwd``, ``dq``, ``dkv0``, ``diag``) the time goes to, which tiles are faster, and
-where flex spends its time. Three parts (``--parts``), each written to the JSON as
+where flex spends its time. Four parts (``--parts``), each written to the JSON as
 soon as a record is done, all bounded by ``--deadline`` seconds:
 
 - ``timings``: each kernel alone with ``triton.testing.do_bench`` (median), at each
@@ -18,6 +18,11 @@ soon as a record is done, all bounded by ``--deadline`` seconds:
   differently), then its kernel timed as above. A candidate that does not compile
   (shared memory), is not a power of two, or differs is recorded with why, never
   timed; the best matching config per kernel and shape is in ``sweep_best``.
+- ``confirm``: the sweep's winners (``sweep_best`` of this run, or of
+  ``--sweep-from`` JSON) launched together through the real launchers, per shape and
+  document count, at the sweep's step and then the other timed steps: outputs
+  against the default tiles', then the launchers' forward and backward times with
+  both, so a tile change is chosen from its measured whole, not from one kernel.
 - ``profile``: ``torch.profiler`` around ours and upstream's flex path (built exactly
   as ``draft_attention.py`` builds it: ``create_block_mask`` of upstream's mask mod,
   one extension per step, compiled ``flex_attention``): CUDA time per kernel name,
@@ -41,6 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import math
 import multiprocessing
 import os
@@ -51,7 +57,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -110,12 +116,13 @@ GPU_CANDIDATES: dict[str, list[Config]] = {
         (256, 0, 8, 1),
     ],
 }
-# Interpreter smoke: small tiles (the interpreter's default is 64 x 64), and one
-# that is not a power of two, to exercise the refusal.
+# Interpreter smoke: small tiles (the interpreter's default is 64 x 64), one that is
+# not a power of two, to exercise the refusal, and whole-sequence tiles (one program:
+# faster there), so that ``confirm`` has winners to check.
 QUICK_CANDIDATES: dict[str, list[Config]] = {
-    "dkv0": [(32, 64, 1, 1), (16, 32, 1, 1)],
-    "dq": [(32, 32, 1, 1)],
-    "fwd": [(16, 64, 1, 1)],
+    "dkv0": [(32, 64, 1, 1), (16, 32, 1, 1), (128, 128, 1, 1)],
+    "dq": [(32, 32, 1, 1), (128, 128, 1, 1)],
+    "fwd": [(16, 64, 1, 1), (128, 128, 1, 1)],
     "diag": [(16, 0, 1, 1), (24, 0, 1, 1)],
 }
 #: Kernel order of the sweep: where the time is expected to be first.
@@ -664,6 +671,94 @@ def sweep_one(
     return rec
 
 
+#: A sweep winner below this speedup over its default is noise, not a choice.
+CONFIRM_MIN_SPEEDUP = 1.03
+
+
+def sweep_winners(
+    best: list[dict[str, Any]], shape: str, docs: int
+) -> dict[str, Config]:
+    """The sweep's faster tiles at one shape and document count, per kernel."""
+    return {
+        b["kernel"]: cast(Config, tuple(b["best_config"]))
+        for b in best
+        if b["shape"] == shape
+        and b["docs"] == docs
+        and b["best_config"] != b["default_config"]
+        and b["speedup_vs_default"] >= CONFIRM_MIN_SPEEDUP
+    }
+
+
+def load_sweep_best(path: Path | None) -> list[dict[str, Any]]:
+    if path is None or not path.is_file():
+        raise SystemExit(
+            f"--parts confirm needs a sweep: run it with --parts sweep confirm, or "
+            f"pass --sweep-from the JSON of a run that swept ({path} is not one)"
+        )
+    best: list[dict[str, Any]] = json.loads(path.read_text()).get("sweep_best", [])
+    return best
+
+
+def part_confirm(
+    run: Run, shapes: list[Shape], swept: list[dict[str, Any]] | None
+) -> None:
+    """The sweep's winners together (this run's sweep, else ``swept``), per shape and
+    document count: the sweep's step first (its kernels are compiled), then the
+    other timed steps."""
+    args = run.args
+    best = run.result.get("sweep_best") or swept or []
+    records: list[dict[str, Any]] = run.result.setdefault("confirm", [])
+    steps = [args.sweep_step, *(s for s in args.steps if s != args.sweep_step)]
+    for step in steps:
+        for shape in shapes:
+            for docs in args.sweep_docs:
+                winners = sweep_winners(best, shape.name, docs)
+                if not winners:
+                    if step == args.sweep_step:  # the default tiles were fastest
+                        records.append(
+                            {"shape": shape.name, "docs": docs, "overrides": {}}
+                        )
+                    continue
+                if run.deadline.left() <= 0:
+                    run.result["confirm_cut_short"] = True
+                    return
+                case = make_case(shape, args.n, docs, step + 1, run.dtype, run.device)
+                base = dict(
+                    case.describe(), overrides={k: list(c) for k, c in winners.items()}
+                )
+                print(f"confirm {base}", flush=True)
+                with run.recorded(records, base):
+                    records.append(dict(base, **confirm_one(run, case, winners)))
+
+
+def confirm_one(run: Run, case: Case, winners: dict[str, Config]) -> dict[str, Any]:
+    """Outputs with the winners against the default tiles', then both timed."""
+    ref = {k: t.clone() for k, t in attention(case).items()}
+    with tile_overrides(winners):
+        got = attention(case)
+        synchronize(run.device)
+    diffs, tols, ok = compare(got, ref, run.dtype)
+    rec: dict[str, Any] = {"max_abs_diff": diffs, "tolerance": tols, "matches": ok}
+    if not ok:
+        return rec
+    default_fwd, default_bwd = launcher_times(run, case, ref)
+    with tile_overrides(winners):
+        fwd, bwd = launcher_times(run, case, got)
+    rec.update(
+        default_fwd_ms=default_fwd,
+        default_bwd_ms=default_bwd,
+        fwd_ms=fwd,
+        bwd_ms=bwd,
+        speedup_fwd_bwd=(default_fwd + default_bwd) / (fwd + bwd),
+    )
+    print(
+        f"  default {default_fwd:.3f} + {default_bwd:.3f} ms, winners {fwd:.3f} + "
+        f"{bwd:.3f} ms: x{rec['speedup_fwd_bwd']:.2f}",
+        flush=True,
+    )
+    return rec
+
+
 def profile_kernels(
     fn: Callable[[], Any], device: torch.device, iters: int
 ) -> dict[str, tuple[float, int]]:
@@ -836,8 +931,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--parts",
         nargs="+",
-        default=["timings", "sweep", "profile"],
-        choices=["timings", "sweep", "profile"],
+        default=["timings", "sweep", "confirm", "profile"],
+        choices=["timings", "sweep", "confirm", "profile"],
     )
     p.add_argument("--n", type=int, default=8192)
     p.add_argument(
@@ -871,6 +966,12 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=[],
         help="replace a kernel's candidates: dkv0=64x128x8x3,32x128x4x3",
+    )
+    p.add_argument(
+        "--sweep-from",
+        type=Path,
+        default=None,
+        help="confirm the winners of this JSON's sweep (--parts confirm alone)",
     )
     p.add_argument("--profile-shapes", nargs="+", default=None, help="default --shapes")
     p.add_argument(
@@ -958,6 +1059,9 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     run = Run(args, device, dtype, timer, deadline, result)
+    swept = None  # the winners to confirm come from another run's sweep
+    if "confirm" in args.parts and "sweep" not in args.parts:
+        swept = load_sweep_best(args.sweep_from)
     shapes = [Shape.parse(s) for s in args.shapes]
     sweep_shapes = [Shape.parse(s) for s in args.sweep_shapes]
     started = time.perf_counter()
@@ -980,6 +1084,7 @@ def main(argv: list[str] | None = None) -> int:
         parts: dict[str, Callable[[], None]] = {
             "timings": lambda: part_timings(run, shapes),
             "sweep": lambda: part_sweep(run, sweep_shapes, candidates),
+            "confirm": lambda: part_confirm(run, sweep_shapes, swept),
             "profile": lambda: part_profile(
                 run, [Shape.parse(s) for s in args.profile_shapes]
             ),

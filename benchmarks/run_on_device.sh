@@ -107,15 +107,20 @@ collect
 step kernel-tests-cuda 80 env SPECULATORS_KIMI_KERNEL_DEVICE=$KERNEL_DEVICE OMP_NUM_THREADS=2 \
     python3 -m pytest -v -n 8 --dist load --confcutdir tests/kernels -p no:cacheprovider \
     tests/kernels/test_draft_attention.py --junitxml "$RUN/kernel-tests-cuda.xml"
-# 100 s: every config compiled in parallel first (at most 40 s), then each kernel
+# 90 s: every config compiled in parallel first (at most 40 s), then each kernel
 # timed alone (32x8 and 64x64 of 128, 64x64 of 192/128; 1 and 16 documents; steps
 # 0 and 6), then the tile sweep at step 6 until its deadline
-step kernel-tiles 100 python3 benchmarks/kernel_tiles.py --parts timings sweep \
-    --deadline 85 --precompile-budget 40 --warmup 20 --rep 60 \
+step kernel-tiles 90 python3 benchmarks/kernel_tiles.py --parts timings sweep \
+    --deadline 77 --precompile-budget 40 --warmup 20 --rep 60 \
     --out "$RUN/kernel_tiles.json"
-# 60 s: ours and flex under torch.profiler (flex compiles here: one per shape, step)
-step kernel-profile 60 python3 benchmarks/kernel_tiles.py --parts profile \
-    --deadline 50 --profile-iters 3 --out "$RUN/kernel_profile.json"
+# 20 s: the sweep's winners launched together, against the default tiles: at step 6
+# (compiled by the sweep), then step 0 while time is left
+step kernel-confirm 20 python3 benchmarks/kernel_tiles.py --parts confirm \
+    --sweep-from "$RUN/kernel_tiles.json" --deadline 14 --warmup 20 --rep 60 \
+    --out "$RUN/kernel_confirm.json"
+# 50 s: ours and flex under torch.profiler (flex compiles here: one per shape, step)
+step kernel-profile 50 python3 benchmarks/kernel_tiles.py --parts profile \
+    --deadline 42 --profile-iters 3 --out "$RUN/kernel_profile.json"
 # 75 s: the full benchmark, triton vs flex (sdpa: see the 2026-12-04 run), the
 # Llama-style heads of the first run; 64x64 of 128 is in the two steps above and in
 # the training step
