@@ -714,9 +714,14 @@ def part_confirm(
             for docs in args.sweep_docs:
                 winners = sweep_winners(best, shape.name, docs)
                 if not winners:
-                    if step == args.sweep_step:  # the default tiles were fastest
+                    if step == args.sweep_step:  # swept: the default tiles won
+                        swept_here = any(
+                            b["shape"] == shape.name and b["docs"] == docs for b in best
+                        )
                         records.append(
                             {"shape": shape.name, "docs": docs, "overrides": {}}
+                            if swept_here
+                            else {"shape": shape.name, "docs": docs, "not_swept": True}
                         )
                     continue
                 if run.deadline.left() <= 0:
