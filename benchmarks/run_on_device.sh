@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One prepared run on the lent GPU (the device tool's `run`): CUDA correctness of
-# the Triton kernels, per-kernel timings and a tile sweep, the per-kernel profile of
-# ours and of FlexAttention, the attention benchmark and the Kimi-size training
-# step. Steps are independent: one failing or cut by its time limit does not stop
+# the Triton kernels, per-kernel timings and a tile sweep, the sweep's winners
+# confirmed together, the per-kernel profile of ours and of FlexAttention, the
+# attention benchmark and the Kimi-size training step. Steps are independent: one failing or cut by its time limit does not stop
 # the others; the exit code is the number of failed steps. Never edit numbers into
 # results: commit the JSON as written.
 #
