@@ -675,16 +675,13 @@ def sweep_one(
 CONFIRM_MIN_SPEEDUP = 1.03
 
 
-def sweep_winners(
-    best: list[dict[str, Any]], shape: str, docs: int
-) -> dict[str, Config]:
-    """The sweep's faster tiles at one shape and document count, per kernel."""
+def sweep_winners(swept: list[dict[str, Any]]) -> dict[str, Config]:
+    """The faster tiles, per kernel, among one shape's and document count's
+    ``sweep_best`` records."""
     return {
         b["kernel"]: cast(Config, tuple(b["best_config"]))
-        for b in best
-        if b["shape"] == shape
-        and b["docs"] == docs
-        and b["best_config"] != b["default_config"]
+        for b in swept
+        if b["best_config"] != b["default_config"]
         and b["speedup_vs_default"] >= CONFIRM_MIN_SPEEDUP
     }
 
@@ -708,32 +705,30 @@ def part_confirm(
     args = run.args
     best = run.result.get("sweep_best") or swept or []
     records: list[dict[str, Any]] = run.result.setdefault("confirm", [])
+    chosen: dict[tuple[Shape, int], dict[str, Config]] = {}
+    for shape in shapes:
+        for docs in args.sweep_docs:
+            here = [b for b in best if b["shape"] == shape.name and b["docs"] == docs]
+            winners = sweep_winners(here)
+            if winners:
+                chosen[shape, docs] = winners
+            elif here:  # swept: the default tiles won
+                records.append({"shape": shape.name, "docs": docs, "overrides": {}})
+            else:
+                records.append({"shape": shape.name, "docs": docs, "not_swept": True})
     steps = [args.sweep_step, *(s for s in args.steps if s != args.sweep_step)]
     for step in steps:
-        for shape in shapes:
-            for docs in args.sweep_docs:
-                winners = sweep_winners(best, shape.name, docs)
-                if not winners:
-                    if step == args.sweep_step:  # swept: the default tiles won
-                        swept_here = any(
-                            b["shape"] == shape.name and b["docs"] == docs for b in best
-                        )
-                        records.append(
-                            {"shape": shape.name, "docs": docs, "overrides": {}}
-                            if swept_here
-                            else {"shape": shape.name, "docs": docs, "not_swept": True}
-                        )
-                    continue
-                if run.deadline.left() <= 0:
-                    run.result["confirm_cut_short"] = True
-                    return
-                case = make_case(shape, args.n, docs, step + 1, run.dtype, run.device)
-                base = dict(
-                    case.describe(), overrides={k: list(c) for k, c in winners.items()}
-                )
-                print(f"confirm {base}", flush=True)
-                with run.recorded(records, base):
-                    records.append(dict(base, **confirm_one(run, case, winners)))
+        for (shape, docs), winners in chosen.items():
+            if run.deadline.left() <= 0:
+                run.result["confirm_cut_short"] = True
+                return
+            case = make_case(shape, args.n, docs, step + 1, run.dtype, run.device)
+            base = dict(
+                case.describe(), overrides={k: list(c) for k, c in winners.items()}
+            )
+            print(f"confirm {base}", flush=True)
+            with run.recorded(records, base):
+                records.append(dict(base, **confirm_one(run, case, winners)))
 
 
 def confirm_one(run: Run, case: Case, winners: dict[str, Config]) -> dict[str, Any]:

@@ -158,14 +158,23 @@ def _requires_dist(tree: Path) -> list[str]:
     return meta.get_all("Requires-Dist") or []
 
 
+def _canonical(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def _requirement_name(req: str) -> str | None:
+    """The distribution a requirement names, canonical (``Foo_Bar`` -> ``foo-bar``)."""
+    m = _NAME.match(req)
+    return _canonical(m.group(1)) if m else None
+
+
 def upstream_requirements(tree: Path, pin: Pin) -> Requirements:
     """Requires-Dist of the sdist's PKG-INFO, minus the pin's `drop` list and `dev`."""
-    dropped = {d.lower().replace("_", "-") for d in pin.drop_requires}
+    dropped = {_canonical(d) for d in pin.drop_requires}
     base: list[str] = []
     extras: dict[str, list[str]] = {}
     for req in _requires_dist(tree):
-        name = _NAME.match(req)
-        if name and name.group(1).lower().replace("_", "-") in dropped:
+        if _requirement_name(req) in dropped:
             continue
         if m := _EXTRA.match(req):
             if m["extra"] != "dev":
@@ -180,8 +189,7 @@ def upstream_dev_requirement(tree: Path, name: str) -> str:
     these versions, in its pre-commit and CI, so the units are linted with them."""
     for req in _requires_dist(tree):
         m = _EXTRA.match(req)
-        n = _NAME.match(m["req"]) if m and m["extra"] == "dev" else None
-        if m and n and n.group(1).lower() == name:
+        if m and m["extra"] == "dev" and _requirement_name(m["req"]) == name:
             return m["req"]
     raise VendorError(f"{tree / 'PKG-INFO'}: the dev extra does not name {name}")
 

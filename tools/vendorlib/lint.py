@@ -155,18 +155,13 @@ _TOOLS = [
 
 def _compare(
     name: str,
-    tool: str,
+    cmd: list[str],
     finder: Callable[[list[str], Path, list[str]], list[Finding]],
     tree: Path,
     files: list[str],
     base: Path | None,
 ) -> LintResult:
-    """``tool``'s findings in ``tree`` less those ``base`` has on the same line."""
-    cmd = find_tool(tool)
-    if cmd is None:
-        return LintResult(name, MISSING, f"{tool} is not installed; skipped")
-    if problem := not_upstreams_version(cmd, tool, tree):
-        return LintResult(name, FAIL, problem)
+    """``cmd``'s findings in ``tree`` less those ``base`` has on the same line."""
     present = [f for f in files if base is not None and (base / f).is_file()]
     try:
         found = finder(cmd, tree, files) if files else []
@@ -189,4 +184,22 @@ def lint(
 ) -> list[LintResult]:
     """ruff check + ruff format --check (+ mypy) of ``files`` in ``tree``."""
     files = [f for f in files if (tree / f).is_file()]
-    return [_compare(*t, tree, files, base) for t in _TOOLS[: 3 if mypy else 2]]
+    tools = _TOOLS[: 3 if mypy else 2]
+    # Each tool found and its version checked once (ruff serves two checks).
+    commands = {tool: find_tool(tool) for _, tool, _ in tools}
+    wrong = {
+        tool: not_upstreams_version(cmd, tool, tree)
+        for tool, cmd in commands.items()
+        if cmd is not None
+    }
+    results = []
+    for name, tool, finder in tools:
+        cmd = commands[tool]
+        if cmd is None:
+            missing = f"{tool} is not installed; skipped"
+            results.append(LintResult(name, MISSING, missing))
+        elif problem := wrong[tool]:
+            results.append(LintResult(name, FAIL, problem))
+        else:
+            results.append(_compare(name, cmd, finder, tree, files, base))
+    return results
