@@ -76,7 +76,10 @@ from draft_attention import (  # noqa: E402  (this directory)
 
 from speculators_kimi.cli_args import save_json_report  # noqa: E402
 from speculators_kimi.kernels import document_layout  # noqa: E402
-from speculators_kimi.kernels.configs import KERNELS, tile_overrides  # noqa: E402
+from speculators_kimi.kernels.configs import (  # noqa: E402
+    parse_tiles,
+    tile_overrides,
+)
 from speculators_kimi.kernels.jit import (  # noqa: E402
     RecordedLaunch,
     lazy_jit,
@@ -882,17 +885,10 @@ def profile_one(run: Run, case: Case, impl: str) -> dict[str, Any]:
 
 def parse_candidates(items: Sequence[str]) -> dict[str, list[Config]]:
     """``KERNEL=BMxBNxWxS,...`` (``dkv0=64x128x8x3,32x128x4x3``)."""
-    out: dict[str, list[Config]] = {}
-    for item in items:
-        kernel, _, spec = item.partition("=")
-        if kernel not in KERNELS:
-            raise SystemExit(f"--candidates: unknown kernel {kernel!r}; {KERNELS}")
-        configs = []
-        for one in spec.split(","):
-            bm, bn, w, s = (int(x) for x in one.split("x"))
-            configs.append((bm, bn, w, s))
-        out[kernel] = configs
-    return out
+    try:
+        return dict(parse_tiles(item) for item in items)
+    except ValueError as exc:
+        raise SystemExit(f"--candidates: {exc}") from None
 
 
 def precompile_tasks(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import torch
@@ -130,8 +131,19 @@ def draft_attention(
         raise ValueError(
             f"document_ids must be [N]={n}, got {tuple(document_ids.shape)}"
         )
-    if sliding_window is not None and sliding_window < 1:
-        raise ValueError("sliding_window must be >= 1")
+    if sliding_window is not None:
+        try:
+            sliding_window = operator.index(sliding_window)
+        except TypeError:
+            raise TypeError(
+                f"sliding_window must be an integer, got {sliding_window!r}"
+            ) from None
+        if sliding_window < 1:
+            raise ValueError("sliding_window must be >= 1")
+        if sliding_window >= n:
+            # every key of block 0 is inside it: the same mask as none, and a
+            # window near 2**31 would overflow the kernels' int32 key bounds
+            sliding_window = None
     _check_device(q)
     if scale is None:
         scale = 1.0 / math.sqrt(d_qk)

@@ -244,8 +244,8 @@ def _diag_kernel(
     diagonal block's terms at once (``[STEPS, BLOCK_M, d]`` tiles): dK, dV, and
     dQ's diagonal part (into DQ, which the dq kernel completes). q, dO, O, LSE
     load once per head, each diagonal key and value row once."""
-    pid_bh = tl.program_id(0)
-    pid_m = tl.program_id(1)
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
     b = pid_bh // HKV
     hk = pid_bh % HKV
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -354,7 +354,9 @@ def _launch_diag(launch: LaunchShape, q, k, v, o, do, lse, delta, dq, dk, dv) ->
     steps = triton.next_power_of_2(max(1, blocks - 1))
     rows_x_steps, _, num_warps, _ = launch.blocks("diag")
     block_m = max(2, rows_x_steps // steps)
-    diag_kernel()[(b * hkv, triton.cdiv(n, block_m))](
+    # row tiles on axis 0: every program does the same work, and a long sequence
+    # at 2-4 rows per tile runs past axis 1's 65535 programs
+    diag_kernel()[(triton.cdiv(n, block_m), b * hkv)](
         q, k, v, o, do, lse, delta, dq, dk, dv,
         *row_strides(q, k, v, o, do, dq, dk, dv),
         n, hq, hkv, launch.qk_scale, launch.scale,

@@ -27,6 +27,7 @@ __all__ = [
     "KernelConfig",
     "LaunchShape",
     "head_blocks",
+    "parse_tiles",
     "pick_blocks",
     "split_head",
     "tile_overrides",
@@ -104,6 +105,25 @@ def tile_overrides(overrides: Mapping[str, KernelConfig]) -> Iterator[None]:
     finally:
         _OVERRIDES.clear()
         _OVERRIDES.update(previous)
+
+
+def parse_tiles(spec: str) -> tuple[str, list[KernelConfig]]:
+    """``KERNEL=BMxBNxWxS[,...]`` (``dkv0=64x128x8x3,32x128x4x3``): a kernel of
+    ``KERNELS`` and its configs, as the tile sweep and the cross-compile take them."""
+    kernel, _, configs = spec.partition("=")
+    if kernel not in KERNELS:
+        raise ValueError(f"{spec!r}: unknown kernel {kernel!r}; one of {KERNELS}")
+    parsed: list[KernelConfig] = []
+    for config in configs.split(","):
+        parts = config.split("x")
+        if len(parts) != 4 or not all(part.isdigit() for part in parts):
+            raise ValueError(
+                f"{spec!r}: {config!r} is not BLOCK_MxBLOCK_NxWARPSxSTAGES "
+                "(e.g. 64x128x8x3)"
+            )
+        block_m, block_n, warps, stages = (int(part) for part in parts)
+        parsed.append((block_m, block_n, warps, stages))
+    return kernel, parsed
 
 
 def split_head(d_qk: int) -> tuple[int, int, bool]:

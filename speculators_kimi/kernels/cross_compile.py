@@ -5,7 +5,9 @@ their launches recorded instead of executed, so each kernel is compiled with exa
 the arguments, constexprs, tile sizes, warps and stages a GPU run would use. Triton
 compiles it for the target architecture (default sm_90: H100/H200) down to a cubin
 with its bundled ``ptxas``; ``ptxas -v`` then reports what the GPU must provide per
-program: registers per thread, spills, and (from Triton) shared memory.
+program: registers per thread, spills, and (from Triton) shared memory. Triton's
+bundled ``nvdisasm`` then says where the spills are: a spill inside a loop is paid on
+every key tile, one before or after the loops once per program.
 
 This is a static check (does it build, does it fit, does it spill), never a speed
 figure: ``python -m speculators_kimi.kernels.cross_compile --arch 90 --json
@@ -25,13 +27,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .configs import KernelConfig, parse_tiles, tile_overrides
 from .jit import RecordedLaunch, recording_launches
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "KernelBuild",
     "build_case",
     "compile_launch",
+    "loop_spills",
     "main",
     "record_case",
 ]
@@ -117,6 +121,9 @@ class KernelBuild:
     compile_s: float
     wgmma: int
     mma_sync: int
+    #: Spill instructions (``STL``/``LDL``) inside a loop of the SASS: the costly
+    #: kind, paid per key tile. ``None`` when Triton ships no ``nvdisasm``.
+    loop_spills: int | None = None
 
     def problems(self, arch: int) -> list[str]:
         """Reasons this kernel cannot launch on ``arch``, or, with 16-bit inputs
@@ -174,8 +181,11 @@ def _compiled_mode() -> Iterator[None]:
             os.environ["TRITON_INTERPRET"] = previous
 
 
-def record_case(case: Case) -> list[RecordedLaunch]:
-    """The launches of one forward + backward call, recorded on meta tensors."""
+def record_case(
+    case: Case, tiles: Mapping[str, KernelConfig] | None = None
+) -> list[RecordedLaunch]:
+    """The launches of one forward + backward call, recorded on meta tensors;
+    ``tiles`` replaces the named kernels' configs (``configs.tile_overrides``)."""
     from .backward import run_backward
     from .forward import run_forward
 
@@ -190,7 +200,11 @@ def record_case(case: Case) -> list[RecordedLaunch]:
     v = tensor(1, case.kv_heads, kv_len, case.d_v)
     layout = tensor(5, case.n, dtype=torch.int32)
     scale = case.head_dim**-0.5
-    with _compiled_mode(), recording_launches() as launches:
+    with (
+        _compiled_mode(),
+        tile_overrides(tiles or {}),
+        recording_launches() as launches,
+    ):
         o, lse = run_forward(q, k, v, layout, scale, case.window)
         run_backward(o, q, k, v, o, lse, layout, scale, case.window)
     return list(launches)
@@ -246,6 +260,61 @@ def _ptxas_report(ptx: str, arch: int) -> dict[str, int]:
         "spill_load_bytes": number(r"(\d+) bytes spill loads"),
         "stack_bytes": number(r"(\d+) bytes stack frame"),
     }
+
+
+_SASS_LABEL = re.compile(r"^\s*\.(L_x_\d+):")
+_SASS_INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s*([^;]*);")
+_SASS_BRANCH = re.compile(r"\bBRA\b.*?\b(L_x_\d+)\b")
+_SASS_SPILL = re.compile(r"\b(?:STL|LDL)\b")
+
+
+def loop_spills(sass: str) -> int:
+    """Spill instructions (local-memory ``STL``/``LDL``) inside a loop of ``sass``
+    (``nvdisasm -c`` text): a loop is the span from a label to a branch back to
+    it; each instruction counts once, however many loops hold it."""
+    labels: dict[str, int] = {}
+    pending: list[str] = []
+    instructions: list[tuple[int, str]] = []
+    for line in sass.splitlines():
+        label = _SASS_LABEL.match(line)
+        if label:
+            pending.append(label.group(1))
+            continue
+        found = _SASS_INSTRUCTION.match(line)
+        if found:
+            address = int(found.group(1), 16)
+            instructions.append((address, found.group(2)))
+            labels.update(dict.fromkeys(pending, address))
+            pending.clear()
+    loops = [
+        (labels[branch.group(1)], address)
+        for address, text in instructions
+        if (branch := _SASS_BRANCH.search(text))
+        and labels.get(branch.group(1), address) < address
+    ]
+    return sum(
+        1
+        for address, text in instructions
+        if _SASS_SPILL.search(text)
+        and any(start <= address <= end for start, end in loops)
+    )
+
+
+def _cubin_loop_spills(cubin: bytes) -> int | None:
+    """``loop_spills`` of a cubin, disassembled with Triton's ``nvdisasm``."""
+    import triton
+
+    try:
+        tool = triton.knobs.nvidia.nvdisasm
+    except (AttributeError, RuntimeError):  # an older triton, or none bundled
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        binary = Path(tmp) / "kernel.cubin"
+        binary.write_bytes(cubin)
+        run = subprocess.run(
+            [tool.path, "-c", str(binary)], capture_output=True, text=True, check=True
+        )
+    return loop_spills(run.stdout)
 
 
 def compile_launch(
@@ -312,15 +381,18 @@ def compile_launch(
         compile_s=elapsed,
         wgmma=ptx.count("wgmma.mma_async"),
         mma_sync=ptx.count("mma.sync"),
+        loop_spills=_cubin_loop_spills(compiled.asm["cubin"]),
         **_ptxas_report(ptx, arch),
     )
 
 
-def build_case(case: Case, arch: int = 90) -> list[KernelBuild]:
+def build_case(
+    case: Case, arch: int = 90, tiles: Mapping[str, KernelConfig] | None = None
+) -> list[KernelBuild]:
     """Compile every kernel one forward + backward call of ``case`` launches."""
     return [
         compile_launch(launch, arch, case.name, case.dtype)
-        for launch in record_case(case)
+        for launch in record_case(case, tiles)
     ]
 
 
@@ -350,9 +422,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="compile only cases whose name contains this (repeatable)",
     )
     parser.add_argument(
+        "--tile",
+        action="append",
+        default=[],
+        metavar="KERNEL=BMxBNxWxS",
+        help="compile KERNEL with this config instead of the table's, in every "
+        "case (repeatable; e.g. dkv0=32x128x8x2): a sweep candidate's resources",
+    )
+    parser.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles"
     )
     args = parser.parse_args(argv)
+    tiles: dict[str, KernelConfig] = {}
+    for spec in args.tile:
+        try:
+            kernel, configs = parse_tiles(spec)
+        except ValueError as exc:
+            parser.error(f"--tile {exc}")
+        if len(configs) != 1:
+            parser.error(f"--tile {spec!r}: one config per kernel")
+        tiles[kernel] = configs[0]
     cases = [
         case
         for case in DEFAULT_CASES
@@ -361,16 +450,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     builds: list[KernelBuild] = []
     print(
         f"{'case':28} {'kernel':16} {'warps':>5} {'stages':>6} {'smem':>7} "
-        f"{'regs':>4} {'spill':>6} {'wgmma':>5} {'mma.sync':>8}"
+        f"{'regs':>4} {'spill':>6} {'in loop':>7} {'wgmma':>5} {'mma.sync':>8}"
     )
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
-        for case_builds in pool.map(build_case, cases, [args.arch] * len(cases)):
+        for case_builds in pool.map(
+            build_case, cases, [args.arch] * len(cases), [tiles] * len(cases)
+        ):
             for build in case_builds:
                 builds.append(build)
                 print(
                     f"{build.case:28} {build.kernel:16} {build.num_warps:5d} "
                     f"{build.num_stages:6d} {build.shared_bytes:7d} "
                     f"{build.registers:4d} {build.spill_store_bytes:6d} "
+                    f"{'?' if build.loop_spills is None else build.loop_spills:>7} "
                     f"{build.wgmma:5d} {build.mma_sync:8d}",
                     flush=True,
                 )
@@ -386,6 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"for sm_{args.arch} without a GPU (not a performance figure)",
                     "arch": args.arch,
                     "triton": triton.__version__,
+                    "tiles": {kernel: list(c) for kernel, c in tiles.items()},
                     "torch": torch.__version__,
                     "builds": [dataclasses.asdict(build) for build in builds],
                     "problems": problems,

@@ -34,8 +34,15 @@ def document_layout(document_ids: Tensor) -> Tensor:
     pos = torch.arange(n, device=ids.device, dtype=torch.long)
     if n == 0:
         return torch.empty(5, 0, dtype=torch.int32, device=ids.device)
-    _, inverse = torch.unique(ids, return_inverse=True)
-    num = int(inverse.max().item()) + 1
+    values, inverse = torch.unique(ids, return_inverse=True)
+    lowest, highest = values[[0, -1]].tolist()
+    if lowest < -(2**31) or highest >= 2**31:
+        raise ValueError(
+            f"document ids must fit in int32 (the kernels' layout), got "
+            f"{lowest}..{highest}: number the documents 0..D-1 and padding -1, as "
+            "upstream's data collator does"
+        )
+    num = values.numel()
     first = torch.full((num,), n, dtype=torch.long, device=ids.device)
     last = torch.full((num,), -1, dtype=torch.long, device=ids.device)
     first = first.scatter_reduce(0, inverse, pos, reduce="amin")

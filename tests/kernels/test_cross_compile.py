@@ -19,13 +19,14 @@ import torch
 
 pytest.importorskip("triton.backends.nvidia.compiler")
 
-from speculators_kimi.kernels.configs import pick_blocks
+from speculators_kimi.kernels.configs import parse_tiles, pick_blocks
 from speculators_kimi.kernels.cross_compile import (
     DOT_KERNELS,
     SHARED_MEMORY_LIMIT,
     SPILL_BUDGET_BYTES,
     Case,
     KernelBuild,
+    loop_spills,
     record_case,
 )
 
@@ -53,6 +54,47 @@ def test_records_the_launches_of_forward_and_backward():
     assert dkv0.grid == (64, 8192 // configs["dkv0"][1])
     assert fwd.kwargs["GROUP"] == 1 and fwd.kwargs["HAS_WINDOW"] is False
     assert fwd.kwargs["NUM_BLOCKS"] == 4  # block 0 + 3 TTT steps: a constexpr
+
+
+def test_records_a_candidate_tile_in_place_of_the_tables():
+    """``--tile dkv0=32x128x8x2``: a sweep candidate compiled as a GPU run would
+    launch it, the other kernels on their table configs."""
+    default = record_case(KIMI)
+    launches = record_case(KIMI, {"dkv0": (32, 128, 8, 2)})
+    dkv0 = launches[3].kwargs
+    assert (dkv0["BLOCK_M"], dkv0["BLOCK_N"]) == (32, 128)
+    assert (dkv0["num_warps"], dkv0["num_stages"]) == (8, 2)
+    assert launches[3].grid == (64, 8192 // 128)
+    assert [launch.kwargs for launch in launches[:3]] == [
+        launch.kwargs for launch in default[:3]
+    ]
+    assert record_case(KIMI)[3].kwargs == default[3].kwargs  # the override ended
+
+
+@pytest.mark.parametrize(
+    ("spec", "parsed"),
+    [
+        ("dkv0=32x128x8x2", ("dkv0", [(32, 128, 8, 2)])),
+        ("fwd=128x64x8x3,64x64x4x3", ("fwd", [(128, 64, 8, 3), (64, 64, 4, 3)])),
+        ("dkv=32x128x8x2", "unknown kernel 'dkv'"),
+        ("dq=32x128x8", "'32x128x8' is not BLOCK_MxBLOCK_NxWARPSxSTAGES"),
+        ("dq=32x128x8xtwo", "is not BLOCK_MxBLOCK_NxWARPSxSTAGES"),
+    ],
+)
+def test_parse_tiles(spec, parsed):
+    if isinstance(parsed, str):
+        with pytest.raises(ValueError, match=parsed):
+            parse_tiles(spec)
+    else:
+        assert parse_tiles(spec) == parsed
+
+
+def test_long_sequences_stay_within_cudas_grid():
+    """CUDA takes at most 65535 programs on grid axes 1 and 2; the diagonal
+    kernel's row tiles (2-4 rows at 7 steps) go on axis 0, so 256k tokens launch."""
+    long = Case(head_dim=256, dtype=torch.bfloat16, q_heads=8, kv_heads=8, n=2**18)
+    for launch in record_case(dataclasses.replace(long, ttt_steps=7)):
+        assert all(size <= 65535 for size in launch.grid[1:]), launch.grid
 
 
 # Kimi-K2.5's two draft geometries (Llama-style; MLA: q/k 192, v 128), a GQA one
@@ -111,6 +153,9 @@ def test_block0_dots_run_on_hopper_tensor_cores(sm90_report, case):
     budget = SPILL_BUDGET_BYTES if case != CASES_16BIT_D256 else 2048
     for build in builds.values():
         assert build["spill_store_bytes"] <= budget, build
+        # where the spills are, from the SASS: none in a loop without spill bytes
+        assert isinstance(build["loop_spills"], int), build
+        assert build["spill_store_bytes"] or build["loop_spills"] == 0, build
     assert builds["diag_kernel"]["wgmma"] == builds["diag_kernel"]["mma_sync"] == 0
 
 
@@ -189,3 +234,41 @@ def test_mma_sync_in_a_block0_kernel_is_a_problem_on_hopper():
     assert mixed.problems(90)
     diag = dataclasses.replace(FITS, wgmma=0, mma_sync=0, kernel="diag_kernel")
     assert diag.problems(90) == []  # element-wise: no MMA expected
+
+
+# ``nvdisasm -c`` text: an outer loop (.L_x_1 .. 0x0090) holding an inner one
+# (.L_x_2 .. 0x0070), a forward branch (not a loop) and the trap's self-branch.
+SASS = """
+        /*0000*/                   STL [R1+0x3c], R16 ;
+        /*0010*/              @!P1 BRA `(.L_x_0) ;
+.L_x_1:
+        /*0020*/                   LDL.LU R8, [R1+0x3c] ;
+.L_x_2:
+        /*0030*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24 ;
+        /*0040*/                   STL [R1+0x40], R9 ;
+        /*0050*/                   LDL R9, [R1+0x40] ;
+        /*0060*/                   ISETP.GE.AND P0, PT, R2, R3, PT ;
+        /*0070*/               @P0 BRA `(.L_x_2) ;
+        /*0080*/                   STL.64 [R1+0x8], R10 ;
+        /*0090*/               @P1 BRA.U `(.L_x_1) ;
+.L_x_0:
+        /*00a0*/                   LDL.LU R8, [R1+0x3c] ;
+.L_x_3:
+        /*00b0*/                   BRA `(.L_x_3);
+"""
+
+
+@pytest.mark.parametrize(
+    ("sass", "expected"),
+    [
+        (SASS, 4),  # 0x20, 0x40, 0x50 (both loops: once), 0x80
+        (SASS.replace("@P0 BRA `(.L_x_2)", "@P0 BRA `(.L_x_0)"), 4),  # forward
+        (SASS.replace("@P1 BRA.U `(.L_x_1)", "NOP"), 2),  # the inner loop only
+        (SASS.replace("STL", "STG").replace("LDL", "LDG"), 0),  # global, not spill
+        ("", 0),
+    ],
+)
+def test_loop_spills_counts_local_memory_inside_loops(sass, expected):
+    """The costly spills are the ones a loop repeats per key tile: the forward's
+    spill at d=128 sits after its loops (once per program), MLA dK/dV's inside."""
+    assert loop_spills(sass) == expected

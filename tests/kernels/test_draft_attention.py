@@ -317,6 +317,33 @@ def test_window_one_and_odd_head_dim():
     check(50, 1, 2, 1, 24, None, torch.float32)
 
 
+def test_a_window_past_the_sequence_is_no_window():
+    """A window of N or more keeps every block-0 key, as none does; one near
+    2**31 (a "no window" sentinel) used to overflow the int32 key bounds of
+    dK/dV."""
+    check(103, 1, 2, 1, 16, 2**31 - 1, torch.float32)  # several key tiles
+    check(40, 1, 2, 1, 16, 40, torch.float32, backward=False)
+
+
+@pytest.mark.parametrize(
+    ("window", "error"),
+    [(17.0, TypeError), ("17", TypeError), (0, ValueError)],
+)
+def test_a_window_that_is_not_a_positive_integer_is_refused(window, error):
+    q, k, v, _ = make_inputs(1, 1, 1, 8, 0, 16, torch.float32)
+    with pytest.raises(error, match="sliding_window must be"):
+        draft_attention(
+            q, k, v, torch.zeros(8, dtype=torch.long), sliding_window=window
+        )
+
+
+def test_document_ids_past_int32_are_refused():
+    """The layout holds ids as int32: 2**32 would alias document 0."""
+    with pytest.raises(ValueError, match=r"fit in int32.*0\.\.4294967296"):
+        document_layout(torch.tensor([0, 0, 2**32, 2**32]))
+    assert document_layout(torch.tensor([-1, 2**31 - 1]))[0].tolist() == [-1, 2**31 - 1]
+
+
 def test_precomputed_layout_and_scale():
     n, t = 90, 2
     docs = make_docs(n, 3, 4, True).to(DEVICE)
