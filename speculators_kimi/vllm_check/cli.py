@@ -17,6 +17,7 @@ from ..cli_args import add_json_argument, emit_report
 from ..errors import CommandError
 from .env import VLLM_VERSION, VLLM_VERSIONS, default_env, ensure_env
 from .request import CheckRequest
+from .verdict import problems
 
 __all__ = ["add_arguments", "format_report", "run"]
 
@@ -88,6 +89,13 @@ def run(args: argparse.Namespace) -> int:
     for flag, path in (("export", args.export), ("--checkpoint", args.checkpoint)):
         if not (Path(path) / "config.json").is_file():
             raise CommandError(f"{flag} {path}: no config.json")
+    if (Path(args.export) / "training_state.json").is_file():
+        raise CommandError(
+            f"export {args.export}: a training checkpoint (it holds "
+            "training_state.json), not an export; write one first: speculators-kimi "
+            f"export {args.export} --out DIR, then vllm-check DIR --checkpoint "
+            f"{args.export} --verifier {args.verifier}"
+        )
     if not args.synthetic_aux_states:
         check_decoder_fits(args.verifier)
     version = args.vllm_version
@@ -117,5 +125,8 @@ def run(args: argparse.Namespace) -> int:
         )
     report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     report["check_seconds"] = round(time.perf_counter() - t0, 1)
+    report["problems"] = problems(report)
     emit_report(report, format_report(report), args)
-    return 0
+    for problem in report["problems"]:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if report["problems"] else 0

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from speculators_kimi.export import export_draft
 from speculators_kimi.export.launch import launch_commands
+from speculators_kimi.vllm_check.verdict import problems
 
 HUB_ID = "moonshotai/Kimi-K2.5"
 MASK = 5
@@ -153,12 +154,12 @@ def test_block_exports_write_what_vllm_reads_and_refuse_what_it_cannot(
     assert "vLLM 0.34's DFlash gives every layer one causality" in refused(
         "dflash", transformer_layer_config=mixed
     )
-    assert "P-EAGLE (parallel drafting EAGLE-3) is not supported." in refused(
-        "dflash", speculators_model_type="peagle"
-    )
-    assert "native full-vocabulary Qwen3XPress layout" in refused(
-        "dflash", speculators_model_type="xpress"
-    )
+    peagle = refused("dflash", speculators_model_type="peagle")
+    assert "P-EAGLE (parallel drafting EAGLE-3) is not supported." in peagle
+    assert "train --speculator-type eagle3" in peagle  # the fix, too
+    xpress = refused("dflash", speculators_model_type="xpress")
+    assert "native full-vocabulary Qwen3XPress layout" in xpress
+    assert "train --speculator-type dflash or dspark" in xpress
     assert "only the vanilla Markov head" in refused("dspark", markov_head_type="gated")
     assert "only the vanilla Markov head" in refused(
         "dspark",
@@ -231,6 +232,7 @@ def test_vllm_loads_block_exports_and_catches_a_flipped_causal_flag(
         step = report["one_step"]
         assert step["max_abs_logit_diff"] < 1e-4, (name, step)
         assert step["same_argmax"] and step["same_masked_tokens"], name
+        assert problems(report) == [], name  # vllm-check exits 0
         assert report["serve"]["model"] == HUB_ID
     dflash, dflash2, dspark = good
     assert dflash2["serve"]["speculative"]["method"] == "dflash"
@@ -252,3 +254,4 @@ def test_vllm_loads_block_exports_and_catches_a_flipped_causal_flag(
     assert flip["causality"]["vllm"] == [True, True]
     assert not flip["causality"]["as_trained"]
     assert flip["one_step"]["max_abs_logit_diff"] > 1e-2, flip["one_step"]
+    assert any("causality [True, True]" in line for line in problems(flip))

@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from speculators_kimi import tiny_verifier as tiny
 from speculators_kimi.export import export_draft
 from speculators_kimi.export.launch import launch_commands
+from speculators_kimi.vllm_check.verdict import problems
 
 HUB_ID = "moonshotai/Kimi-K2.5"
 BLOCK = 4
@@ -176,7 +177,9 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
     assert step["same_argmax"] and step["same_masked_tokens"]
     assert step["max_abs_confidence_diff"] < 1e-5
     assert any("MultiHeadLatentAttention._attention" in s for s in report["stubbed"])
+    assert problems(report) == []  # vllm-check exits 0
     assert wrong["aux_layers"]["vllm"] != wrong["aux_layers"]["trained"]
+    assert any("the verifier's layers" in line for line in problems(wrong))
     assert yarned["parsed"]["rope_parameters"]["rope_type"] == "yarn"
     assert yarned["parameters_not_loaded"] == []
     assert yarned["one_step"]["max_rel_logit_diff"] < 1e-5, yarned["one_step"]

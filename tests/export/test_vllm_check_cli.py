@@ -1,0 +1,82 @@
+"""``vllm-check``'s verdict and refusals: it fails (exit 1, one line per
+finding) on what would make vLLM serve a draft other than the trained one (the
+reports are the shapes the checks in ``test_export*.py`` produce from vLLM's own
+classes), and refuses a training checkpoint given as the export."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from speculators_kimi.vllm_check.verdict import problems
+
+#: A passing block-drafter report (the fields the verdict reads).
+PASSED = {
+    "parameters_not_loaded": [],
+    "causality": {"trained": [False], "vllm": [False], "as_trained": True},
+    "aux_layers": {"trained": [1, 2, 3], "vllm": [1, 2, 3]},
+    "one_step": {
+        "max_rel_logit_diff": 2.1e-7,
+        "same_argmax": True,
+        "same_masked_tokens": True,
+        "max_abs_confidence_diff": 3e-8,
+    },
+}
+
+
+def changed(path: str, value: object) -> dict:
+    report = copy.deepcopy(PASSED)
+    *parents, key = path.split(".")
+    node = report
+    for parent in parents:
+        node = node[parent]
+    node[key] = value
+    return report
+
+
+@pytest.mark.parametrize(
+    ("report", "expected"),
+    [
+        (PASSED, None),
+        ({"parameters_not_loaded": []}, None),  # an EAGLE-3 report's fields only
+        (
+            changed("parameters_not_loaded", ["model.layers.0.mlp.down_proj.weight"]),
+            "did not load: ['model.layers.0.mlp.down_proj.weight']",
+        ),
+        (
+            changed(
+                "causality", {"trained": [False], "vllm": [True], "as_trained": False}
+            ),
+            "causality [True], the draft was trained with [False]",
+        ),
+        (changed("aux_layers.vllm", [0, 1, 2]), "layers [0, 1, 2]"),
+        (changed("one_step.max_rel_logit_diff", 0.19), "draft's by 0.19"),
+        (changed("one_step.max_rel_logit_diff", float("nan")), "by nan"),
+        (changed("one_step.same_argmax", False), "most likely token differs"),
+        (changed("one_step.same_masked_tokens", False), "set of tokens is masked"),
+        (changed("one_step.max_abs_confidence_diff", 0.2), "confidence head"),
+    ],
+)
+def test_problems(report, expected):
+    found = problems(report)
+    if expected is None:
+        assert found == []
+    else:
+        assert len(found) == 1, found
+        assert expected in found[0], found
+
+
+def test_a_training_checkpoint_given_as_the_export_is_refused(tmp_path, capsys):
+    """Before any environment is built: vLLM would refuse it with a traceback."""
+    from speculators_kimi import cli
+
+    checkpoint = tmp_path / "checkpoints" / "0"
+    checkpoint.mkdir(parents=True)
+    for name in ("config.json", "training_state.json"):
+        (checkpoint / name).write_text("{}")
+    args = ["vllm-check", str(checkpoint), "--checkpoint", str(checkpoint)]
+    assert cli.main([*args, "--verifier", str(tmp_path / "v")]) == 1
+    err = capsys.readouterr().err
+    assert "a training checkpoint (it holds training_state.json)" in err
+    assert f"speculators-kimi export {checkpoint} --out DIR" in err
