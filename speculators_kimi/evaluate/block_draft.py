@@ -34,10 +34,16 @@ from .vocab import DraftVocabulary
 if TYPE_CHECKING:
     from .decode import DraftRequest, Proposal
 
-__all__ = ["BlockDraftRunner"]
+__all__ = ["BlockDraftRunner", "block_tokens"]
 
 #: Attention used for decoding: exact, any device.
 DECODE_ATTENTION = "sdpa"
+
+
+def block_tokens(block_size: int, sample_from_anchor: bool) -> int:
+    """The most tokens one block proposes: every slot when slot 0 samples from
+    the anchor, else every slot but the anchor's."""
+    return block_size - (0 if sample_from_anchor else 1)
 
 
 class BlockDraftRunner:
@@ -57,7 +63,7 @@ class BlockDraftRunner:
         self.sample_from_anchor = bool(config.sample_from_anchor)
         self.mask_token_id = int(model.mask_token_id)
         #: the most tokens one block proposes
-        self.max_tokens = self.block_size - (0 if self.sample_from_anchor else 1)
+        self.max_tokens = block_tokens(self.block_size, self.sample_from_anchor)
         self.markov_head = getattr(model, "markov_head", None)  # DSpark
         self.candidate_selector = getattr(model, "candidate_selector", None)  # DFlash2
         self.cache = DynamicCache()

@@ -226,12 +226,16 @@ def _each_epoch(
 def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
     """The evaluation ``o`` asks for: its report and the report's text."""
     from speculators.utils.cli_errors import check_model_source
+    from speculators.utils.text_config import load_config_dict
 
+    from .algorithms import check_decodable
     from .context import draft_lengths, length_warnings
     from .session import load_session
 
     check_model_source(o.verifier, "--verifier")
     checkpoint = draft_checkpoint(o.draft)
+    # before the warnings below and any tensor: a draft that cannot be decoded
+    check_decodable(checkpoint, load_config_dict(checkpoint), o.num_speculative_tokens)
     prompts = _prompts(o)
     warnings = length_warnings(
         [len(p.token_ids) for p in prompts],

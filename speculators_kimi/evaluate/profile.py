@@ -100,9 +100,12 @@ def build_profile(
     num_speculative_tokens: int,
     sampling: Mapping[str, Any],
     dataset: str | None = None,
+    *,
+    method: str,
 ) -> dict[str, Any]:
-    """The profile of ``records``: counts, both rates, the mean acceptance length
-    and the rows behind them.
+    """The profile of ``records``, decoded with a ``method`` draft (its
+    ``speculators_model_type``: eagle3, dflash, dflash2, dspark): counts, both
+    rates, the mean acceptance length and the rows behind them.
 
     ``mean_accept_length`` is per step (``1 + sum(marginal)``);
     ``mean_accept_length_per_request`` the mean of each request's own;
@@ -125,7 +128,7 @@ def build_profile(
         "schema_version": SCHEMA_VERSION,
         "producer": PRODUCER,
         "measured": True,
-        "method": "eagle3",
+        "method": method,
         "num_speculative_tokens": k,
         "sampling": dict(sampling),
         "measurement_conditions": {
@@ -157,7 +160,9 @@ def check_profile(profile: Mapping[str, Any]) -> None:
     k = profile["num_speculative_tokens"]
     records = [RequestRecord(**row) for row in profile["requests"]]
     dataset = profile["measurement_conditions"]["dataset"]
-    again = build_profile(records, k, profile["sampling"], dataset)
+    again = build_profile(
+        records, k, profile["sampling"], dataset, method=profile["method"]
+    )
     for key, value in again.items():
         if profile.get(key) != value:
             raise ValueError(f"profile {key}: {profile.get(key)!r}; rows: {value!r}")

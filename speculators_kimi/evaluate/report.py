@@ -58,6 +58,7 @@ class EvaluationReport:
     mismatched_prompts: list[str]
     verifier_forwards: int
     num_speculative_tokens: int
+    method: str  # the draft's speculators_model_type (eagle3, dflash, ...)
     temperature: float
     max_new_tokens: int
     wall_time_s: float
@@ -83,7 +84,11 @@ class EvaluationReport:
             "max_new_tokens": self.max_new_tokens,
         }
         return build_profile(
-            self.records, self.num_speculative_tokens, sampling, dataset
+            self.records,
+            self.num_speculative_tokens,
+            sampling,
+            dataset,
+            method=self.method,
         )
 
 
@@ -167,6 +172,7 @@ def evaluate_draft(
         tally,
         num_prompts=len(prompts),
         num_speculative_tokens=num_speculative_tokens,
+        method=draft.config.speculators_model_type,
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         seed=seed,
@@ -178,6 +184,7 @@ def _report(
     *,
     num_prompts: int,
     num_speculative_tokens: int,
+    method: str,
     max_new_tokens: int,
     temperature: float,
     seed: int,
@@ -200,6 +207,7 @@ def _report(
         verifier_forwards=tally.forwards,
         rollback_forwards=tally.rollbacks,
         num_speculative_tokens=num_speculative_tokens,
+        method=method,
         temperature=temperature,
         max_new_tokens=max_new_tokens,
         wall_time_s=round(tally.spec_s, 3),

@@ -54,11 +54,13 @@ BLOCK_ALGORITHMS = tuple(SERVE_METHOD)
 #: Algorithms upstream trains that vLLM 0.34 does not serve from this format.
 _REFUSED = {
     "peagle": "vLLM 0.34 refuses P-EAGLE checkpoints: 'P-EAGLE (parallel drafting "
-    "EAGLE-3) is not supported.' (speculators/algos.py update_peagle)",
+    "EAGLE-3) is not supported.' (speculators/algos.py update_peagle); train "
+    "--speculator-type eagle3 for a draft it serves",
     "xpress": "vLLM 0.34 serves XPress only in its native full-vocabulary "
     "Qwen3XPress layout (Qwen3XPressModel, its own tensor names); its speculators "
     "parser has no 'xpress' algorithm, so this checkpoint cannot be served as "
-    "written",
+    "written; train --speculator-type dflash or dspark for a block drafter it "
+    "serves",
 }
 
 _SLIDING = "sliding_attention"
@@ -70,7 +72,7 @@ def refuse_unservable(algorithm: str | None, where: str) -> None:
     :raises ExportError: ``algorithm`` is P-EAGLE or XPress, or unknown.
     """
     if algorithm in _REFUSED:
-        raise ExportError(f"{where}: a {algorithm} draft: {_REFUSED[algorithm]}")
+        raise ExportError(f"{where}: {algorithm} draft: {_REFUSED[algorithm]}")
     if algorithm != "eagle3" and algorithm not in SERVE_METHOD:
         raise ExportError(
             f"{where}: speculators_model_type {algorithm!r}; export handles "

@@ -68,17 +68,27 @@ def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str
     return config
 
 
-def _check_profile(path: Path) -> None:
-    """``path`` holds a profile whose figures follow from its rows."""
+def _check_profile(path: Path, algorithm: str, k: int) -> None:
+    """``path`` holds a profile whose figures follow from its rows, measured on
+    a draft of this ``algorithm`` at the ``k`` the export serves."""
     if not path.is_file():
         raise ExportError(f"--profile {path}: no such file")
     try:
-        check_profile(json.loads(path.read_text()))
+        profile = json.loads(path.read_text())
+        check_profile(profile)
     except (ValueError, KeyError, TypeError) as err:
         raise ExportError(
             f"--profile {path}: not an acceptance profile of `evaluate --profile` "
             f"({err})"
         ) from None
+    measured = (profile["method"], profile["num_speculative_tokens"])
+    if measured != (algorithm, k):
+        raise ExportError(
+            f"--profile {path}: measured on {measured[0]} at "
+            f"num_speculative_tokens {measured[1]}; this export serves {algorithm} "
+            f"at {k}. Measure this checkpoint: speculators-kimi evaluate --draft "
+            f"CKPT --verifier V --data D -k {k} --profile {path}"
+        )
 
 
 def export_draft(
@@ -119,15 +129,17 @@ def export_draft(
     checkpoint, out = Path(checkpoint), Path(out)
     checkpoint = table_choice(checkpoint) or checkpoint
     config = _checkpoint_config(checkpoint, out, overwrite)
+    algorithm = config["speculators_model_type"]
+    methods = config["speculators_config"]["proposal_methods"]
+    k = int(methods[0]["speculative_tokens"])
     if profile is not None:
-        _check_profile(Path(profile))
+        _check_profile(Path(profile), algorithm, k)
     recorded = config["speculators_config"]["verifier"].get("name_or_path")
     local = verifier or recorded
     hub_id = serving_verifier_id(
         verifier_id=verifier_id, recorded=recorded, local=local
     )
     tensors = load_file(str(checkpoint / "model.safetensors"))
-    algorithm = config["speculators_model_type"]
     causality = None
     architecture = None
     if is_mla_block_draft(config):
@@ -156,8 +168,6 @@ def export_draft(
     if profile is not None:
         carried[PROFILE_NAME] = Path(profile)
     write_export(out, kept, serving, carried)
-    methods = config["speculators_config"]["proposal_methods"]
-    k = int(methods[0]["speculative_tokens"])
     return ExportResult(
         out,
         hub_id,

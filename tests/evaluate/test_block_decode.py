@@ -17,6 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from speculators_kimi import tiny_verifier as tiny
+from speculators_kimi.errors import CommandError
 from speculators_kimi.evaluate import EvaluationSession
 from speculators_kimi.evaluate.algorithms import (
     UnsupportedDraftError,
@@ -252,7 +253,7 @@ def test_block_drafters_decode_losslessly(verifier, drafts, name):
 @pytest.mark.parametrize(
     ("algorithm", "why"),
     [
-        ("xpress", "Qwen3XPress"),
+        ("xpress", "Qwen3XPress.*train --speculator-type dflash or dspark"),
         ("peagle", "P-EAGLE"),
         ("mtp", "MTP layer"),
     ],
@@ -261,3 +262,20 @@ def test_undecoded_algorithms_are_refused_from_the_config(algorithm, why):
     with pytest.raises(UnsupportedDraftError, match=why):
         check_decodable("ckpt", {"speculators_model_type": algorithm})
     check_decodable("ckpt", {"speculators_model_type": "dspark"})
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "block", "anchor", "most"),
+    [("dflash", 4, False, 3), ("dflash2", 4, False, 3), ("dspark", 4, True, 4)],
+)
+def test_k_past_the_block_is_refused_from_the_config(algorithm, block, anchor, most):
+    """Before anything loads: a block of 4 without the anchor's slot proposes 3."""
+    config = {
+        "speculators_model_type": algorithm,
+        "block_size": block,
+        "sample_from_anchor": anchor,
+    }
+    check_decodable("ckpt", config, most)
+    with pytest.raises(CommandError, match=f"at most {most} tokens.*-k {most} or"):
+        check_decodable("ckpt", config, most + 1)
+    check_decodable("ckpt", {**config, "speculators_model_type": "eagle3"}, most + 1)

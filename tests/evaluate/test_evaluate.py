@@ -398,7 +398,12 @@ def test_profile_context_buckets_and_the_epoch_to_ship(trained_demo, tmp_path, c
     first epoch, its draft layers zeroed, given the last epoch's validation
     metrics and the last the first's), the table picks by measured acceptance,
     and `export` ships its pick with the profile."""
-    from speculators_kimi.evaluate import check_profile, draft_lengths
+    from speculators_kimi.evaluate import (
+        RequestRecord,
+        build_profile,
+        check_profile,
+        draft_lengths,
+    )
     from speculators_kimi.export.draft import PROFILE_NAME
 
     verifier_dir, data, ckpt = _paths(trained_demo)
@@ -474,6 +479,21 @@ def test_profile_context_buckets_and_the_epoch_to_ship(trained_demo, tmp_path, c
                      "--verifier-id", "org/v", "--profile", str(profile)])  # fmt: skip
     assert code == 0 and f"the pick of {table_file}" in capsys.readouterr().out
     assert json.loads((out_dir / PROFILE_NAME).read_text()) == written
+    assert written["method"] == "eagle3"
+    # A profile of another draft, or of another K, does not describe the export.
+    k = written["num_speculative_tokens"]
+    records = [RequestRecord(**row) for row in written["requests"]]
+    for method, at_k in (("dspark", k), ("eagle3", k + 1)):
+        other = tmp_path / f"{method}-{at_k}.json"
+        other.write_text(json.dumps(
+            build_profile(records, at_k, written["sampling"], method=method)
+        ))  # fmt: skip
+        exporting = ["export", str(last), "--out", str(tmp_path / method)]
+        code = cli.main([*exporting, "--verifier-id", "org/v", "--profile", str(other)])
+        err = capsys.readouterr().err
+        assert code != 0, err
+        assert f"measured on {method} at num_speculative_tokens {at_k}; " in err
+        assert f"this export serves eagle3 at {k}. Measure this checkpoint" in err
 
 
 def test_every_flag_reaches_the_options():

@@ -39,7 +39,7 @@ def _records() -> list[RequestRecord]:
 
 
 def test_known_accept_pattern_gives_known_rates():
-    profile = build_profile(_records(), 3, SAMPLING)
+    profile = build_profile(_records(), 3, SAMPLING, method="eagle3")
     # At least 1: 5 of 6 steps; at least 2: 3; at least 3: 2.
     assert profile["num_drafts"] == 6 and profile["num_draft_tokens"] == 18
     assert profile["num_accepted_tokens"] == 10
@@ -62,7 +62,9 @@ def test_known_accept_pattern_gives_known_rates():
 
 
 def test_a_position_never_reached_has_no_conditional_rate():
-    profile = build_profile([RequestRecord("a", 5, 2, [0, 0], [6, 7])], 2, SAMPLING)
+    profile = build_profile(
+        [RequestRecord("a", 5, 2, [0, 0], [6, 7])], 2, SAMPLING, method="dspark"
+    )
     assert profile["marginal_accept_rates"] == [0.0, 0.0]
     assert profile["conditional_accept_rates"] == [0.0, None]
     assert profile["mean_accept_length"] == 1.0
@@ -79,7 +81,7 @@ def test_a_position_never_reached_has_no_conditional_rate():
     ],
 )
 def test_a_figure_that_does_not_follow_from_the_rows_is_named(key, value):
-    profile = build_profile(_records(), 3, SAMPLING)
+    profile = build_profile(_records(), 3, SAMPLING, method="eagle3")
     check_profile(profile)
     bad = copy.deepcopy(profile)
     bad[key] = value
