@@ -33,8 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "evaluate": (
         "speculators_kimi.evaluate.cli",
-        "acceptance length of a trained EAGLE-3 or block (DFlash, DSpark) draft "
-        "(speculative decoding with transformers, CPU or one GPU)",
+        "acceptance length of a trained EAGLE-3 or block (DFlash, DFlash2, DSpark) "
+        "draft (speculative decoding with transformers, CPU or one GPU)",
     ),
     "export": (
         "speculators_kimi.export.cli",
