@@ -22,7 +22,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-__all__ = ["Stage", "StageCache", "changes", "digest"]
+__all__ = ["STAGES_DIRNAME", "Stage", "StageCache", "changes", "digest"]
+
+#: The directory under a cache's ``out`` that records its stages.
+STAGES_DIRNAME = ".stages"
 
 
 def digest(obj: Any) -> str:
@@ -72,7 +75,7 @@ class StageCache:
         self, out: Path, stages: Sequence[Stage], say: Callable[[str], None]
     ) -> None:
         self.say = say
-        self.dir = out / ".stages"
+        self.dir = out / STAGES_DIRNAME
         self.dir.mkdir(parents=True, exist_ok=True)
         self.stages = list(stages)
         self.planned = {st.name for st in self.stages}

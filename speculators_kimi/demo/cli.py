@@ -36,7 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also train this block drafter on the same data and report its "
         "acceptance length beside the EAGLE-3 draft's",
     )
-    parser.add_argument("--fresh", action="store_true", help="ignore finished stages")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="redo every stage (removes only what the demo wrote in --out)",
+    )
     add_json_argument(parser)
 
 

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from functools import partial
 from typing import Any
 
+from ..errors import CommandError
 from ..stage_cache import Stage, StageCache
 from . import stages
 from .settings import DemoSettings, dataset_digest, load_conversations
@@ -144,8 +145,19 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
     from ..tiny_verifier import KimiTinySpec
 
     paths = DemoPaths.under(s.out.resolve())
-    if s.fresh and paths.out.exists():
-        shutil.rmtree(paths.out)
+    foreign = paths.foreign()
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise CommandError(
+            f"--out {s.out} holds files no demo wrote ({shown}); the demo replaces "
+            "its stages' directories there: choose a new or empty directory"
+        )
+    if s.fresh:
+        for path in paths.written:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
     paths.out.mkdir(parents=True, exist_ok=True)
     ctx = DemoContext(
         paths=paths,

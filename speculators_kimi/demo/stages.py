@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..stage_cache import STAGES_DIRNAME
 from .settings import Conversation, DemoSettings
 from .stream import stream
 
@@ -48,6 +49,25 @@ class DemoPaths:
     data: Path
     run_dir: Path
     block_dir: Path  # the block drafter's run (``--block-drafter``)
+
+    @property
+    def written(self) -> tuple[Path, ...]:
+        """Everything the demo writes under ``out``: what ``--fresh`` removes."""
+        return (
+            self.out / STAGES_DIRNAME,
+            self.verifier,
+            self.replies,
+            self.data,
+            self.run_dir,
+            self.block_dir,
+        )
+
+    def foreign(self) -> list[str]:
+        """Names in ``out`` the demo did not write, when ``out`` holds no demo
+        (no stage records): a directory the demo must not take over."""
+        if not self.out.is_dir() or (self.out / STAGES_DIRNAME).is_dir():
+            return []
+        return sorted(p.name for p in self.out.iterdir())
 
     @classmethod
     def under(cls, out: Path) -> DemoPaths:

@@ -62,6 +62,11 @@ def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str
         raise ExportError(f"{checkpoint}: no config.json; is it a checkpoint?")
     if out.resolve() == checkpoint.resolve():
         raise ExportError("--out must differ from the checkpoint (it stays as is)")
+    if out.resolve() in checkpoint.resolve().parents:
+        raise ExportError(
+            f"--out {out} holds the checkpoint {checkpoint}, which the export would "
+            "replace; choose a directory outside it"
+        )
     check_out(out, overwrite)
     config: dict[str, Any] = json.loads(config_file.read_text())
     refuse_unservable(config.get("speculators_model_type"), str(config_file))

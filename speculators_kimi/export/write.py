@@ -20,6 +20,12 @@ def check_out(out: Path, overwrite: bool) -> None:
     ``overwrite`` (whose files would otherwise be mixed with the export's)."""
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} is a file, not a directory")
+    trained = [*out.glob("training_state.json"), *out.glob("*/training_state.json")]
+    if trained:
+        raise ExportError(
+            f"--out {out} holds a training run ({trained[0]}); an export never "
+            "replaces one, even with --overwrite: choose another directory"
+        )
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         held = sorted(p.name for p in out.iterdir())
         shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")

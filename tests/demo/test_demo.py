@@ -144,6 +144,23 @@ def test_demo_rerun_reuses_then_redoes_training(trained_demo, tmp_path):
 STAGES = ("verifier", "replies", "data", "hidden-states", "train", "acceptance")
 
 
+@pytest.mark.parametrize("fresh", [False, True])
+def test_demo_refuses_a_directory_it_did_not_write(tmp_path, fresh):
+    """``--fresh`` removed the whole ``--out``, and a rerun replaced a ``data/``
+    or ``verifier/`` it had not written: a directory with files but no demo
+    stage records is refused before anything is touched."""
+    from speculators_kimi.errors import CommandError
+
+    out = tmp_path / "mywork"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "mine.txt").write_text("mine")
+    (out / "results.csv").write_text("x")
+    before = _mtimes(out)
+    with pytest.raises(CommandError, match=r"holds files no demo wrote \(data, "):
+        run_demo(DemoSettings(out=out, fresh=fresh))
+    assert _mtimes(out) == before
+
+
 def _mtimes(*dirs: Path) -> dict[Path, int]:
     """Every file under ``dirs`` with its modification time."""
     return {p: p.stat().st_mtime_ns for d in dirs for p in d.rglob("*") if p.is_file()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,25 @@ def test_export_refuses_a_non_empty_out_and_overwrite_replaces_it_whole(
         "serve",
         "verifier",
     ]
+
+
+def test_overwrite_never_replaces_the_run_it_exports_from(
+    tiny_draft_checkpoint, tmp_path
+):
+    """``--out`` holding the checkpoint, or any training run, is refused even
+    with ``--overwrite``: it replaced the whole run with the export."""
+    run = tmp_path / "run" / "checkpoints"
+    epoch = run / "7"
+    shutil.copytree(tiny_draft_checkpoint, epoch)
+    (epoch / "training_state.json").write_text("{}")
+    before = snapshot(tmp_path / "run")
+    with pytest.raises(ExportError, match=f"--out {run} holds the checkpoint"):
+        export_draft(epoch, run, verifier_id=HUB_ID, overwrite=True)
+    other = tmp_path / "other"
+    shutil.copytree(tiny_draft_checkpoint, other)
+    with pytest.raises(ExportError, match="holds a training run .* even with"):
+        export_draft(other, run, verifier_id=HUB_ID, overwrite=True)
+    assert snapshot(tmp_path / "run") == before
 
 
 def test_export_killed_while_writing_keeps_the_previous_export(
