@@ -23,9 +23,12 @@ __all__ = [
     "add_placement_arguments",
     "add_verifier_weight_arguments",
     "emit_report",
+    "non_negative_float",
     "placement_from_args",
     "placement_of",
+    "positive_int",
     "verifier_weight_kwargs",
+    "writable_report_path",
 ]
 
 #: The verifier-weight overrides of ``speculators train``, by flag: the same
@@ -126,6 +129,7 @@ def add_json_argument(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         const="-",
         default=None,
+        type=writable_report_path,
         metavar="PATH",
         help="the report as JSON: printed instead of the text (no PATH), or also "
         "written to PATH",
@@ -147,6 +151,30 @@ def save_json_report(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(as_json)
     return as_json
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An ``argparse`` type: a number of at least 0."""
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text} is not a number >= 0")
+    return value
+
+
+def writable_report_path(text: str) -> str:
+    """An ``argparse`` type for a report's file: refused before the work that
+    fills it when it names a directory (``-`` is standard output)."""
+    if text != "-" and Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; name a file")
+    return text
 
 
 def emit_report(report: dict[str, Any], text: str, args: argparse.Namespace) -> None:

@@ -16,9 +16,12 @@ from ..cli_args import (
     add_placement_arguments,
     add_verifier_weight_arguments,
     emit_report,
+    non_negative_float,
     placement_of,
+    positive_int,
     save_json_report,
     verifier_weight_kwargs,
+    writable_report_path,
 )
 from ..errors import CommandError, MissingInputError
 from .options import EvaluationOptions
@@ -39,17 +42,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = EvaluationOptions  # its class attributes: the fields' defaults
     _add_what_to_evaluate(parser)
     parser.add_argument(
-        "--num-speculative-tokens", "-k", type=int, default=d.num_speculative_tokens
+        "--num-speculative-tokens",
+        "-k",
+        type=positive_int,
+        default=d.num_speculative_tokens,
     )
-    parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=d.max_new_tokens)
     parser.add_argument(
         "--temperature",
-        type=float,
+        type=non_negative_float,
         default=d.temperature,
         help="0: greedy (checked lossless); > 0: rejection sampling",
     )
     parser.add_argument(
-        "--num-prompts", type=int, default=None, help="use the first M prompts"
+        "--num-prompts", type=positive_int, default=None, help="use the first M prompts"
     )
     parser.add_argument(
         "--train-data-ratio",
@@ -71,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--context-length",
-        type=int,
+        type=positive_int,
         default=None,
         help="with --data: long prompts, each row's prompt after as many whole "
         "earlier conversations of the split as fit in this many tokens",
@@ -79,6 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile",
         default=None,
+        type=writable_report_path,
         metavar="PATH",
         help="write the per-position acceptance profile (marginal and conditional "
         "rates, their counts, one row per request) as JSON to PATH",

@@ -121,7 +121,9 @@ def check_draft_fits(checkpoint: str | Path, verifier: str | Path) -> None:
         or []
     )
     depth = text.get("num_hidden_layers")
-    if depth is not None and aux and max(aux) >= int(depth):
+    # id ``depth`` is the last layer's output (the final norm's input), as the
+    # trainer, the launcher and the capture take it
+    if depth is not None and aux and max(aux) > int(depth):
         problems.append(f"aux layers {aux} (the verifier has {depth} layers)")
     if problems:
         origin = trained_for.get("name_or_path") or "another verifier"

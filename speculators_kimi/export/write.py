@@ -4,6 +4,7 @@ written to a staging directory beside it, renamed into place."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -53,6 +54,22 @@ def _move_into_place(staging: Path, out: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _open_as_usual(staging: Path) -> None:
+    """Give ``staging`` and its files the modes a plain ``mkdir`` and ``open``
+    would (``mkdtemp`` makes 0700, safetensors writes 0600), so a server running
+    as another user can read the export."""
+    mask = _umask()
+    staging.chmod(0o777 & ~mask)
+    for path in staging.iterdir():
+        path.chmod(0o666 & ~mask)
+
+
 def write_export(
     out: Path,
     tensors: dict[str, Any],
@@ -76,6 +93,7 @@ def write_export(
         for name, path in carried.items():
             if path.is_file():
                 shutil.copy2(path, staging / name)
+        _open_as_usual(staging)
         _move_into_place(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

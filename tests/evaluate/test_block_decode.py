@@ -279,3 +279,26 @@ def test_k_past_the_block_is_refused_from_the_config(algorithm, block, anchor, m
     with pytest.raises(CommandError, match=f"at most {most} tokens.*-k {most} or"):
         check_decodable("ckpt", config, most + 1)
     check_decodable("ckpt", {**config, "speculators_model_type": "eagle3"}, most + 1)
+
+
+@pytest.mark.parametrize(("aux", "fits"), [([1, 2, 4], True), ([1, 2, 5], False)])
+def test_aux_layer_id_of_the_depth_is_the_last_layers_output(tmp_path, aux, fits):
+    """Id ``num_hidden_layers`` is the last layer's output, as the trainer and
+    the launcher take it (the tiny verifier's own datasets use it); one past it
+    is another verifier's."""
+    import json
+
+    from speculators_kimi.evaluate.session import DraftMismatchError, check_draft_fits
+
+    draft, verifier = tmp_path / "draft", tmp_path / "verifier"
+    for path, config in (
+        (draft, {"eagle_aux_hidden_state_layer_ids": aux}),
+        (verifier, {"model_type": "llama", "num_hidden_layers": 4}),
+    ):
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps(config))
+    if fits:
+        check_draft_fits(draft, verifier)
+    else:
+        with pytest.raises(DraftMismatchError, match=r"aux layers \[1, 2, 5\]"):
+            check_draft_fits(draft, verifier)

@@ -505,3 +505,31 @@ def test_every_flag_reaches_the_options():
     unread, options = unread_flags(add_arguments, options_from_args, no_progress=True)
     assert unread == ["json"]
     assert options.progress is False
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "why"),
+    [
+        ("-k", "0", "0 is not a positive integer"),
+        ("--max-new-tokens", "-2", "-2 is not a positive integer"),
+        ("--num-prompts", "0", "0 is not a positive integer"),
+        ("--context-length", "-5", "-5 is not a positive integer"),
+        ("--temperature", "-1", "-1 is not a number >= 0"),
+        ("--profile", ".", ". is a directory; name a file"),
+        ("--json", ".", ". is a directory; name a file"),
+    ],
+)
+def test_flag_values_no_run_can_use_are_refused_by_the_parser(flag, value, why, capsys):
+    """Refused in one usage line before the models load (they failed after the
+    decode, or ran with a meaningless value)."""
+    import argparse
+
+    from speculators_kimi.evaluate.cli import add_arguments
+
+    parser = argparse.ArgumentParser(prog="evaluate")
+    add_arguments(parser)
+    base = ["--draft", "d", "--verifier", "v", "--data", "x"]
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args([*base, flag, value])
+    assert exit_info.value.code == 2
+    assert why in capsys.readouterr().err

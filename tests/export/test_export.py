@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -109,6 +110,13 @@ def test_export_refuses_a_non_empty_out_and_overwrite_replaces_it_whole(
         "config.py",
         "model.safetensors",
     ]
+    # readable as a plain mkdir and open leave it (not mkdtemp's 0700 and
+    # safetensors' 0600): a server running as another user reads it
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask
+    for path in out.iterdir():
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
     config = json.loads((out / "config.json").read_text())
     assert config["speculators_config"]["verifier"]["name_or_path"] == HUB_ID
     assert sorted(p.name for p in tmp_path.iterdir()) == [
