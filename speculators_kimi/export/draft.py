@@ -68,8 +68,21 @@ def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str
             "replace; choose a directory outside it"
         )
     check_out(out, overwrite)
-    config: dict[str, Any] = json.loads(config_file.read_text())
+    try:
+        config: dict[str, Any] = json.loads(config_file.read_text())
+    except ValueError as err:
+        raise ExportError(f"{config_file} is not valid JSON ({err})") from None
     refuse_unservable(config.get("speculators_model_type"), str(config_file))
+    speculators = config.get("speculators_config") or {}
+    if not speculators.get("proposal_methods") or "verifier" not in speculators:
+        raise ExportError(
+            f"{config_file} has no speculators_config with proposal_methods and "
+            "verifier; is it the config.json `speculators train` wrote?"
+        )
+    if not (checkpoint / "model.safetensors").is_file():
+        raise ExportError(
+            f"{checkpoint}: no model.safetensors; is the checkpoint complete?"
+        )
     return config
 
 
@@ -129,6 +142,7 @@ def export_draft(
         layers' causality or head vLLM cannot express: :mod:`.block`), or an
         algorithm vLLM refuses (P-EAGLE, XPress).
     """
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     checkpoint, out = Path(checkpoint), Path(out)
@@ -144,7 +158,14 @@ def export_draft(
     hub_id = serving_verifier_id(
         verifier_id=verifier_id, recorded=recorded, local=local
     )
-    tensors = load_file(str(checkpoint / "model.safetensors"))
+    weights = checkpoint / "model.safetensors"
+    try:
+        tensors = load_file(str(weights))
+    except (SafetensorError, OSError) as err:
+        raise ExportError(
+            f"{weights} is torn or not a safetensors file ({err}); export another "
+            "epoch's checkpoint, or train again"
+        ) from None
     causality = None
     architecture = None
     if is_mla_block_draft(config):

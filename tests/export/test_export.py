@@ -145,6 +145,45 @@ def test_overwrite_never_replaces_the_run_it_exports_from(
     assert snapshot(tmp_path / "run") == before
 
 
+def _damage(checkpoint: Path, how: str) -> None:
+    config = checkpoint / "config.json"
+    weights = checkpoint / "model.safetensors"
+    if how == "torn weights":
+        weights.write_bytes(weights.read_bytes()[:100])
+    elif how == "no weights":
+        weights.unlink()
+    elif how == "config not json":
+        config.write_text(config.read_text()[:-20])
+    else:  # no speculators_config
+        data = json.loads(config.read_text())
+        del data["speculators_config"]
+        config.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("torn weights", "model.safetensors is torn or not a safetensors file"),
+        ("no weights", "no model.safetensors; is the checkpoint complete?"),
+        ("config not json", "config.json is not valid JSON"),
+        ("no speculators_config", "has no speculators_config with proposal_methods"),
+    ],
+)
+def test_a_damaged_checkpoint_is_named_in_one_line(
+    tiny_draft_checkpoint, tmp_path, capsys, how, message
+):
+    """Each was a traceback (SafetensorError, FileNotFoundError,
+    JSONDecodeError, KeyError) that did not name the file."""
+    from speculators_kimi.cli import main
+
+    _damage(tiny_draft_checkpoint, how)
+    argv = ["export", str(tiny_draft_checkpoint), "--out", str(tmp_path / "o")]
+    assert main([*argv, "--verifier-id", HUB_ID]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
 def test_export_killed_while_writing_keeps_the_previous_export(
     tiny_draft_checkpoint, tmp_path, monkeypatch
 ):
