@@ -32,9 +32,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ContextLengthError",
+    "DataVocabularyError",
     "GenerationPlan",
     "OtherVerifierError",
     "check_context",
+    "check_vocabulary",
     "default_target_layer_ids",
     "plan_batches",
     "plan_generation",
@@ -46,6 +48,10 @@ Row = tuple[int, ...]
 
 class ContextLengthError(CommandError):
     """A sample is longer than the verifier's context window."""
+
+
+class DataVocabularyError(CommandError):
+    """A sample holds a token id past the verifier's vocabulary."""
 
 
 class OtherVerifierError(CommandError):
@@ -150,6 +156,23 @@ def check_context(lengths: Sequence[int], limit: int | None) -> None:
             )
 
 
+def check_vocabulary(rows: Sequence[Row], vocab_size: int | None) -> None:
+    """Fail before any work when a sample holds a token id the verifier's
+    embedding does not have (data prepared with another tokenizer).
+
+    :raises DataVocabularyError: naming the first such sample and id.
+    """
+    if not vocab_size:
+        return
+    for idx, row in enumerate(rows):
+        if row and max(row) >= vocab_size:
+            raise DataVocabularyError(
+                f"sample {idx} has token id {max(row)}, past the verifier's "
+                f"vocabulary (vocab_size={vocab_size}): the data was prepared with "
+                "another tokenizer; re-run prepare-data with this verifier's"
+            )
+
+
 def plan_generation(options: GenerationOptions) -> GenerationPlan:
     """The plan of :func:`~.generate.run_generation` for ``options``.
 
@@ -236,6 +259,7 @@ def _check_verifier(
     text_config = load_text_config(str(verifier), trust_remote_code=trust_remote_code)
     limit = getattr(text_config, "max_position_embeddings", None)
     check_context([len(r) for r in rows], limit)
+    check_vocabulary(rows, getattr(text_config, "vocab_size", None))
     layer_ids = default_target_layer_ids(
         verifier, target_layer_ids, trust_remote_code=trust_remote_code
     )

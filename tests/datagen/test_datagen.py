@@ -345,6 +345,23 @@ def test_context_length_error_names_the_sample(llama, tmp_path):
     assert not any((data / "hidden_states").glob("hs_*"))
 
 
+def test_a_token_past_the_verifiers_vocabulary_is_refused_before_loading(
+    llama, tmp_path, capsys
+):
+    """Data prepared with another tokenizer: torch.embedding's IndexError after
+    the model loaded, now one line naming the sample and the id."""
+    from speculators_kimi import cli
+
+    verifier, _ = llama
+    vocab = json.loads((verifier / "config.json").read_text())["vocab_size"]
+    data = _rows_dataset(tmp_path / "data", [[1, 2, 3], [4, vocab + 5, 6]])
+    argv = ["generate-hidden-states", "--verifier", str(verifier)]
+    assert cli.main([*argv, "--data-path", str(data)]) == 1
+    err = capsys.readouterr().err
+    assert f"sample 1 has token id {vocab + 5}, past the verifier's vocabulary" in err
+    assert not any((data / "hidden_states").glob("hs_*"))
+
+
 def test_missing_weights_is_a_clear_error(kimi, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()
