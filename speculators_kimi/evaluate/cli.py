@@ -62,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=d.train_data_ratio,
         help="with --data: the training split, as given to `speculators train` "
-        "(the rows after it are held out)",
+        "(the rows after it are held out; default: the one the run recorded in its "
+        "run.yaml, else 0.9)",
     )
     parser.add_argument(
         "--split",
@@ -164,14 +165,19 @@ def _template_kwargs(text: str | None) -> dict[str, Any] | None:
         raise CommandError(err.format_message()) from None
 
 
-def _prompts(o: EvaluationOptions) -> list[Prompt]:
-    """The prompts ``--data`` or ``--prompts`` names, the first ``--num-prompts``."""
+def _prompts(o: EvaluationOptions, checkpoint: Path) -> list[Prompt]:
+    """The prompts ``--data`` or ``--prompts`` names, the first ``--num-prompts``;
+    ``--data``'s held-out rows are those the run at ``checkpoint`` held out."""
     from .prompts import dataset_prompts, jsonl_prompts
+    from .run_record import recorded_train_data_ratio
 
     if o.data:
+        ratio = o.train_data_ratio
+        if ratio is None:
+            ratio = recorded_train_data_ratio(checkpoint) or 0.9
         prompts = dataset_prompts(
             o.data,
-            train_data_ratio=o.train_data_ratio,
+            train_data_ratio=ratio,
             split=o.split,
             context_length=o.context_length,
         )
@@ -243,7 +249,7 @@ def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
     checkpoint = draft_checkpoint(o.draft)
     # before the warnings below and any tensor: a draft that cannot be decoded
     check_decodable(checkpoint, load_config_dict(checkpoint), o.num_speculative_tokens)
-    prompts = _prompts(o)
+    prompts = _prompts(o, checkpoint)
     warnings = length_warnings(
         [len(p.token_ids) for p in prompts],
         o.max_new_tokens,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .profile import DECIMALS, RequestRecord
+from .run_record import run_config
 
 __all__ = [
     "DraftLengths",
@@ -62,27 +63,25 @@ def _longest_row(run_yaml: Path, data_path: str | None) -> tuple[int, Path] | No
 
 
 def _trained_length(checkpoint: Path) -> tuple[int | None, Path | None, str]:
-    import yaml
+    found = run_config(checkpoint)
+    if found is None:
+        return None, None, "total_seq_len"
+    train, run_yaml = found
+    data = train.get("data") or {}
+    if "total_seq_len" in data:
+        total = int(data["total_seq_len"])
+    else:  # upstream's default, when the run did not set it
+        from speculators.train.config.schema import DataArgs
 
-    for run_yaml in (checkpoint / "run.yaml", checkpoint.parent / "run.yaml"):
-        if run_yaml.is_file():
-            run = yaml.safe_load(run_yaml.read_text()) or {}
-            data = (run.get("train") or {}).get("data") or {}
-            if "total_seq_len" in data:
-                total = int(data["total_seq_len"])
-            else:  # upstream's default, when the run did not set it
-                from speculators.train.config.schema import DataArgs
-
-                total = int(DataArgs().total_seq_len)
-            longest = _longest_row(run_yaml, data.get("data_path"))
-            if longest is not None and longest[0] < total:
-                why = (
-                    f"the longest row of its data {longest[1]}; positions restart "
-                    f"at every row, whatever total_seq_len ({total})"
-                )
-                return longest[0], run_yaml, why
-            return total, run_yaml, "total_seq_len"
-    return None, None, "total_seq_len"
+        total = int(DataArgs().total_seq_len)
+    longest = _longest_row(run_yaml, data.get("data_path"))
+    if longest is not None and longest[0] < total:
+        why = (
+            f"the longest row of its data {longest[1]}; positions restart "
+            f"at every row, whatever total_seq_len ({total})"
+        )
+        return longest[0], run_yaml, why
+    return total, run_yaml, "total_seq_len"
 
 
 def draft_lengths(checkpoint: str | Path) -> DraftLengths:

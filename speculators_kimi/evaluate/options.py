@@ -25,7 +25,8 @@ class EvaluationOptions:
     max_new_tokens: int = 64
     temperature: float = 0.0
     num_prompts: int | None = None
-    train_data_ratio: float = 0.9
+    #: ``None``: the ratio the run recorded in its ``run.yaml`` (else 0.9)
+    train_data_ratio: float | None = None
     split: str = "val"
     #: The JSON text as given: parsed only for ``prompts``, which uses it.
     chat_template_kwargs: str | None = None

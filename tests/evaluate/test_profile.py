@@ -1,5 +1,6 @@
-"""The acceptance profile (`evaluate --profile`), acceptance by context length and
-the per-epoch pick, on hand-checked accept patterns (no model: the arithmetic)."""
+"""The acceptance profile (`evaluate --profile`), acceptance by context length, the
+held-out split and the per-epoch pick, on hand-checked accept patterns and files (no
+model: the arithmetic)."""
 
 from __future__ import annotations
 
@@ -197,3 +198,35 @@ def test_ties_go_to_the_lower_loss_then_the_earlier_epoch(tmp_path):
     table = epoch_table(run, lambda path: 1.5)
     assert table["best"]["epoch"] == 1
     assert best_epoch(table_rows(table)[::-1]).epoch == 1  # whatever the order
+
+
+@pytest.mark.parametrize(("given", "first_held_out"), [(None, 6), (0.5, 5)])
+def test_held_out_prompts_are_the_rows_the_run_held_out(
+    tmp_path, given, first_held_out
+):
+    """Without --train-data-ratio, the split is the one the run recorded in its
+    run.yaml (0.6 of 10 rows: 6..9), not 0.9, which evaluated training rows as
+    held out; a ratio given wins."""
+    import yaml
+    from datasets import Dataset
+
+    from speculators_kimi.evaluate.cli import _prompts
+    from speculators_kimi.evaluate.options import EvaluationOptions
+
+    data = tmp_path / "data"
+    Dataset.from_dict(
+        {
+            "input_ids": [[i, i + 1, i + 2] for i in range(10)],
+            "loss_mask": [[0, 1, 1]] * 10,
+            "seq_len": [3] * 10,
+        }
+    ).save_to_disk(str(data))
+    checkpoint = tmp_path / "checkpoints" / "0"
+    checkpoint.mkdir(parents=True)
+    run_yaml = {"train": {"data": {"train_data_ratio": 0.6}}}
+    (checkpoint.parent / "run.yaml").write_text(yaml.safe_dump(run_yaml))
+    options = EvaluationOptions(
+        draft=str(checkpoint), verifier="v", data=str(data), train_data_ratio=given
+    )
+    sources = [p.source for p in _prompts(options, checkpoint)]
+    assert sources == [f"{data}[{i}]" for i in range(first_held_out, 10)]
