@@ -129,6 +129,10 @@ def configure_logging() -> None:
     package.propagate = False
 
 
+#: What a shell reports for a command that Ctrl-C (SIGINT) ended (128 + 2).
+INTERRUPTED = 130
+
+
 @quiet_when_reader_closes
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -162,6 +166,13 @@ def _run_command(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         print(f"(set {TRACEBACK_ENV}=1 to see the traceback)", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C is the user's choice, not a fault: no traceback. Whatever the
+        # command had finished is kept (written whole, or not at all).
+        if os.environ.get(TRACEBACK_ENV, "0") not in {"", "0"}:
+            raise
+        print(f"\ninterrupted: {args.command} stopped", file=sys.stderr)
+        return INTERRUPTED
 
 
 def command_main(name: str, argv: Sequence[str] | None = None) -> int:

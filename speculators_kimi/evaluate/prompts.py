@@ -92,14 +92,22 @@ def dataset_prompts(
 
 
 def _messages(record: Any, where: str) -> list[dict[str, Any]]:
+    from speculators.data_generation.preprocessing import _normalize_conversation
+
     messages = None
     if isinstance(record, dict):
         messages = record.get("messages", record.get("conversations"))
-    if not isinstance(messages, list) or not messages:
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(isinstance(m, dict) for m in messages)
+    ):
         raise CommandError(
             f"{where}: expected an object with a 'messages' (or 'conversations') "
-            "list of {'role', 'content'} turns"
+            "list of {'role', 'content'} (or ShareGPT {'from', 'value'}) turns"
         )
+    # the turns as prepare-data reads them: ShareGPT's from/value, role names
+    messages = _normalize_conversation(messages)
     last_reply = max(
         (i for i, m in enumerate(messages) if m.get("role") == "assistant"),
         default=None,

@@ -213,7 +213,8 @@ def test_evaluate_command(trained_demo, tmp_path, capsys):
     assert got["lossless"] is True and got["wall_time_s"] > 0
     assert "evaluate" in proc.stderr  # the progress bar
 
-    # A conversations JSONL, rendered with the verifier's chat template.
+    # A conversations JSONL, rendered with the verifier's chat template; the
+    # second in ShareGPT's from/value turns, which prepare-data reads too.
     convs = tmp_path / "convs.jsonl"
     convs.write_text(
         json.dumps(
@@ -223,8 +224,8 @@ def test_evaluate_command(trained_demo, tmp_path, capsys):
         + json.dumps(
             {
                 "conversations": [
-                    {"role": "user", "content": "count from one to five ."},
-                    {"role": "assistant", "content": "one two three four five ."},
+                    {"from": "human", "value": "count from one to five ."},
+                    {"from": "gpt", "value": "one two three four five ."},
                 ]
             }
         )
