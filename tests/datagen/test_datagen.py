@@ -261,13 +261,13 @@ def test_cli_output_is_upstream_format_and_resume_is_byte_identical(llama, tmp_p
             os.killpg(proc2.pid, signal.SIGINT)
             break
         time.sleep(0.005)
-    _, err = proc2.communicate(timeout=120)
+    _, stopped = proc2.communicate(timeout=120)
     written = sorted(part.glob("hs_*.safetensors"))
     assert written, "the interrupted run wrote nothing"
     if proc2.returncode != 0:  # stopped before the end: one line, no traceback
-        assert proc2.returncode == 130, err
-        assert "interrupted: generate-hidden-states stopped" in err
-        assert "Traceback" not in err, err
+        assert proc2.returncode == 130, stopped
+        assert "interrupted: generate-hidden-states stopped" in stopped
+        assert "Traceback" not in stopped, stopped
     # Damage what survived: a truncated file, a stale temp file, a file with the
     # wrong token ids (valid safetensors), and a missing one.
     names = sorted(ref)

@@ -6,6 +6,7 @@ classes), and refuses a training checkpoint given as the export."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
@@ -25,10 +26,10 @@ PASSED = {
 }
 
 
-def changed(path: str, value: object) -> dict:
-    report = copy.deepcopy(PASSED)
+def changed(path: str, value: object) -> dict[str, Any]:
+    report: dict[str, Any] = copy.deepcopy(PASSED)
     *parents, key = path.split(".")
-    node = report
+    node: Any = report
     for parent in parents:
         node = node[parent]
     node[key] = value
