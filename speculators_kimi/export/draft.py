@@ -59,6 +59,12 @@ def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str
     written to."""
     config_file = checkpoint / "config.json"
     if not config_file.is_file():
+        best = checkpoint / "checkpoint_best"
+        if (best / "config.json").is_file():
+            raise ExportError(
+                f"{checkpoint} is a run's checkpoints directory; export one of its "
+                f"checkpoints, e.g. the best: {best}"
+            )
         raise ExportError(f"{checkpoint}: no config.json; is it a checkpoint?")
     if out.resolve() == checkpoint.resolve():
         raise ExportError("--out must differ from the checkpoint (it stays as is)")

@@ -84,6 +84,11 @@ def test_export_writes_what_vllm_reads(trained_demo, tmp_path):
         export_draft(ckpt, tmp_path / "x", verifier_id=str(verifier))
     with pytest.raises(ExportError, match="must differ"):
         export_draft(ckpt, ckpt, verifier_id=HUB_ID)
+    run_dir = tmp_path / "checkpoints"
+    (run_dir / "checkpoint_best").mkdir(parents=True)
+    (run_dir / "checkpoint_best" / "config.json").write_text("{}")
+    with pytest.raises(ExportError, match="a run's checkpoints directory; export"):
+        export_draft(run_dir, tmp_path / "y", verifier_id=HUB_ID)
 
 
 def test_export_refuses_a_non_empty_out_and_overwrite_replaces_it_whole(
