@@ -15,6 +15,7 @@ from ..cli_args import (
     add_placement_arguments,
     add_verifier_weight_arguments,
     placement_from_args,
+    positive_int,
     verifier_weight_kwargs,
 )
 from ..verifier.loading import DTYPES
@@ -54,10 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dtype", choices=sorted(DTYPES), default=GenerationOptions.dtype
     )
-    parser.add_argument("--batch-size", type=int, default=GenerationOptions.batch_size)
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=GenerationOptions.batch_size
+    )
     parser.add_argument(
         "--max-batch-tokens",
-        type=int,
+        type=positive_int,
         default=GenerationOptions.max_batch_tokens,
         help="upper bound on padded tokens per batch",
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cli_args import add_json_argument, emit_report
+from ..cli_args import add_json_argument, emit_report, positive_int
 from .pipeline import run_demo
 from .report import format_report
 from .settings import DemoSettings
@@ -17,10 +17,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``demo`` options."""
     d = DemoSettings()
     parser.add_argument("--out", type=Path, default=d.out, help="working directory")
-    parser.add_argument("--epochs", type=int, default=d.epochs)
-    parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--epochs", type=positive_int, default=d.epochs)
+    parser.add_argument("--max-steps", type=positive_int, default=None)
     parser.add_argument(
-        "--num-samples", type=int, default=None, help="use the first N conversations"
+        "--num-samples",
+        type=positive_int,
+        default=None,
+        help="use the first N conversations",
     )
     parser.add_argument(
         "--draft-arch",

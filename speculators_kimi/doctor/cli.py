@@ -13,6 +13,7 @@ from ..cli_args import (
     add_json_argument,
     add_verifier_weight_arguments,
     emit_report,
+    positive_int,
     verifier_weight_kwargs,
 )
 from .diagnose import DEFAULT_DRAFT_VOCAB, DoctorOptions, diagnose
@@ -39,12 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--draft-vocab-size",
-        type=int,
+        type=positive_int,
         default=None,
         help=f"draft vocabulary for the estimate (default: min({DEFAULT_DRAFT_VOCAB}, "
         "verifier vocabulary))",
     )
-    parser.add_argument("--num-layers", type=int, default=1)
+    parser.add_argument("--num-layers", type=positive_int, default=1)
     parser.add_argument(
         "--norm-before-fc",
         action=argparse.BooleanOptionalAction,

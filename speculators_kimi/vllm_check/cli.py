@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..cli_args import add_json_argument, emit_report
+from ..cli_args import add_json_argument, emit_report, positive_int
 from ..errors import CommandError
 from .env import VLLM_VERSION, VLLM_VERSIONS, default_env, ensure_env
 from .request import CheckRequest
@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the scratch environment (default: one under ~/.cache/speculators-kimi "
         "for this vLLM version and this environment)",
     )
-    parser.add_argument("--tokens", type=int, default=24)
+    parser.add_argument("--tokens", type=positive_int, default=24)
     parser.add_argument(
         "--synthetic-aux-states",
         action="store_true",
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--num-speculative-tokens",
-        type=int,
+        type=positive_int,
         default=3,
         help="for an MLA export: the speculative config's num_speculative_tokens",
     )
