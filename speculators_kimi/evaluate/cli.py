@@ -174,7 +174,7 @@ def _prompts(o: EvaluationOptions, checkpoint: Path) -> list[Prompt]:
     if o.data:
         ratio = o.train_data_ratio
         if ratio is None:
-            ratio = recorded_train_data_ratio(checkpoint) or 0.9
+            ratio = recorded_train_data_ratio(checkpoint)
         prompts = dataset_prompts(
             o.data,
             train_data_ratio=ratio,

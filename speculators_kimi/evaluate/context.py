@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .profile import DECIMALS, RequestRecord
-from .run_record import run_config
+from .run_record import data_arg, run_config
 
 __all__ = [
     "DraftLengths",
@@ -67,14 +67,8 @@ def _trained_length(checkpoint: Path) -> tuple[int | None, Path | None, str]:
     if found is None:
         return None, None, "total_seq_len"
     train, run_yaml = found
-    data = train.get("data") or {}
-    if "total_seq_len" in data:
-        total = int(data["total_seq_len"])
-    else:  # upstream's default, when the run did not set it
-        from speculators.train.config.schema import DataArgs
-
-        total = int(DataArgs().total_seq_len)
-    longest = _longest_row(run_yaml, data.get("data_path"))
+    total = int(data_arg(train, "total_seq_len"))
+    longest = _longest_row(run_yaml, (train.get("data") or {}).get("data_path"))
     if longest is not None and longest[0] < total:
         why = (
             f"the longest row of its data {longest[1]}; positions restart "

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["recorded_train_data_ratio", "run_config"]
+__all__ = ["data_arg", "recorded_train_data_ratio", "run_config"]
 
 
 def run_config(checkpoint: Path) -> tuple[dict[str, Any], Path] | None:
@@ -22,15 +22,19 @@ def run_config(checkpoint: Path) -> tuple[dict[str, Any], Path] | None:
     return None
 
 
-def recorded_train_data_ratio(checkpoint: Path) -> float | None:
-    """The ``--train-data-ratio`` the run trained with (upstream's default when
-    its ``run.yaml`` does not set it); ``None`` without a ``run.yaml``."""
-    found = run_config(checkpoint)
-    if found is None:
-        return None
-    data = found[0].get("data") or {}
-    if "train_data_ratio" in data:
-        return float(data["train_data_ratio"])
+def data_arg(train: dict[str, Any], name: str) -> Any:
+    """``train.data.<name>`` as the run recorded it, else upstream's default
+    (``DataArgs``): ``run.yaml`` leaves out what the run did not set."""
+    data = train.get("data") or {}
+    if name in data:
+        return data[name]
     from speculators.train.config.schema import DataArgs
 
-    return float(DataArgs().train_data_ratio)
+    return getattr(DataArgs(), name)
+
+
+def recorded_train_data_ratio(checkpoint: Path) -> float:
+    """The ``--train-data-ratio`` the run trained with (upstream's default when
+    it did not set it, or wrote no ``run.yaml``)."""
+    found = run_config(checkpoint)
+    return float(data_arg(found[0] if found else {}, "train_data_ratio"))
