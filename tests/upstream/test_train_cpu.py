@@ -135,6 +135,39 @@ def test_resume_skips_a_torn_weights_file(tiny, tmp_path):
     assert load_file(save / "0" / "model.safetensors")
 
 
+_LRS = re.compile(r"lr/AdamW=([-+0-9.e]+)")
+
+
+def test_resume_continues_only_its_own_run(tiny, tmp_path):
+    """Unit 0028: a resume with another draft is one line that leaves the run's
+    record as it was; one with more epochs starts at the new schedule's rate."""
+    spec, verifier, data = tiny
+    save = tmp_path / "run" / "checkpoints"
+    base = train_command(spec, verifier, data, tmp_path / "run")
+    at = base.index("--max-steps")  # the schedule spans the epochs
+    cmd = [str(BIN / base[0]), *base[1:at], *base[at + 2 :], "--log-freq", "1"]
+    cmd.remove("--no-resume-from-checkpoint")
+    first = run(cmd, cwd=tmp_path, env=WIDE, timeout=600)
+    record = {n: (save / n).read_bytes() for n in ("run.yaml", "train_command.txt")}
+    peak = float(_LRS.findall(first.stdout + first.stderr)[0])
+
+    other = run([*cmd, "--num-layers", "2"], cwd=tmp_path, env=WIDE, check=False)
+    assert other.returncode == 1, other.stderr[-3000:]
+    assert "Traceback" not in other.stderr
+    assert f"error: ConfigError: {save / '0'} holds another draft" in other.stderr
+    assert "this run trains layers.1." in other.stderr
+    assert {n: (save / n).read_bytes() for n in record} == record
+
+    longer = [*cmd, "--epochs", "2"]
+    resumed = run(longer, cwd=tmp_path, env=WIDE, timeout=600)
+    lrs = [float(x) for x in _LRS.findall(resumed.stdout + resumed.stderr)]
+    # A linear decay over two epochs is at half its peak after the first, not
+    # at the one-epoch run's last rate (0).
+    assert lrs[0] == pytest.approx(peak / 2, rel=1e-3), (peak, lrs)
+    assert lrs[1] < lrs[0]
+    assert (save / "run.yaml").read_bytes() != record["run.yaml"]
+
+
 def _torchrun_probed(tiny, tmp_path: Path, *extra: str) -> tuple[str, list[dict]]:
     """A 3-step torchrun (2 gloo ranks) with what each rank set up (see
     ``distributed_probe``): its output and the ranks' reports."""
