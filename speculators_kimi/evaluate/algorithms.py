@@ -2,7 +2,8 @@
 
 EAGLE-3 chains one token per draft step (:class:`.draft.DraftRunner`); DFlash,
 DFlash2 and DSpark propose a block per round (:class:`.block_draft.BlockDraftRunner`).
-The others are refused before any tensor is loaded, with the reason.
+The others (:mod:`speculators_kimi.served`) are refused before any tensor is
+loaded, with the reason.
 """
 
 from __future__ import annotations
@@ -13,32 +14,16 @@ from typing import Any
 import torch
 
 from ..errors import CommandError
+from ..served import BLOCK_ALGORITHMS, SERVED, unserved_reason
 from .block_draft import BlockDraftRunner, block_tokens
 from .decode import Drafter
 from .draft import DraftRunner
 
 __all__ = [
-    "BLOCK_ALGORITHMS",
-    "DECODED",
     "UnsupportedDraftError",
     "check_decodable",
     "drafter_for",
 ]
-
-#: The block drafters, decoded as vLLM 0.34 decodes them (anchor + mask block).
-BLOCK_ALGORITHMS = ("dflash", "dflash2", "dspark")
-DECODED = ("eagle3", *BLOCK_ALGORITHMS)
-
-#: Why a draft of this algorithm is not decoded, and what to do instead.
-_REFUSED = {
-    "xpress": "vLLM 0.34 serves XPress only in its native full-vocabulary "
-    "Qwen3XPress layout, not this speculators layout; train --speculator-type "
-    "dflash or dspark for a block drafter vLLM serves from speculators",
-    "peagle": "vLLM 0.34 does not serve it ('P-EAGLE (parallel drafting "
-    "EAGLE-3) is not supported.'); train --speculator-type eagle3",
-    "mtp": "an MTP draft is decoded by the verifier's own MTP layer in vLLM, "
-    "not by a speculators draft",
-}
 
 
 class UnsupportedDraftError(CommandError):
@@ -58,11 +43,11 @@ def check_decodable(
         the most it may be named).
     """
     algorithm = config.get("speculators_model_type")
-    if algorithm not in DECODED:
-        why = _REFUSED.get(str(algorithm), "not a draft speculators trains")
+    why = unserved_reason(algorithm)
+    if why is not None:
         raise UnsupportedDraftError(
-            f"{checkpoint}: a {algorithm!r} draft; evaluate decodes "
-            f"{', '.join(DECODED)} drafts: {why}"
+            f"{checkpoint}: a {algorithm!r} draft; evaluate decodes the drafts "
+            f"vLLM serves ({', '.join(SERVED)}): {why}"
         )
     anchor = config.get("sample_from_anchor")  # written with every block config
     if (

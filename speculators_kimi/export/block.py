@@ -26,7 +26,8 @@ otherwise than training did:
   ``Qwen3DSparkForCausalLM`` holds only the vanilla ``markov_w1``/``markov_w2``
   head), DFlash with ``sample_from_anchor``, a draft without ``mask_token_id``.
 
-``P-EAGLE`` and ``XPress`` checkpoints are refused with vLLM's reason.
+Other algorithms (``P-EAGLE``, ``XPress``, MTP) are refused with vLLM's reason
+(:mod:`speculators_kimi.served`).
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..served import unserved_reason
 from .errors import ExportError
 
 __all__ = [
-    "BLOCK_ALGORITHMS",
-    "SERVE_METHOD",
     "BlockCausality",
     "block_serving_config",
     "check_markov_head",
@@ -46,38 +46,17 @@ __all__ = [
     "trained_causality",
 ]
 
-#: The block drafters the export writes, and the vLLM ``method`` each is served
-#: under (vLLM's ``build_vllm_speculative_config`` maps dflash2 to dflash).
-SERVE_METHOD = {"dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
-BLOCK_ALGORITHMS = tuple(SERVE_METHOD)
-
-#: Algorithms upstream trains that vLLM 0.34 does not serve from this format.
-_REFUSED = {
-    "peagle": "vLLM 0.34 refuses P-EAGLE checkpoints: 'P-EAGLE (parallel drafting "
-    "EAGLE-3) is not supported.' (speculators/algos.py update_peagle); train "
-    "--speculator-type eagle3 for a draft it serves",
-    "xpress": "vLLM 0.34 serves XPress only in its native full-vocabulary "
-    "Qwen3XPress layout (Qwen3XPressModel, its own tensor names); its speculators "
-    "parser has no 'xpress' algorithm, so this checkpoint cannot be served as "
-    "written; train --speculator-type dflash or dspark for a block drafter it "
-    "serves",
-}
-
 _SLIDING = "sliding_attention"
 
 
 def refuse_unservable(algorithm: str | None, where: str) -> None:
     """Refuse, with vLLM's reason, an algorithm vLLM 0.34 cannot serve.
 
-    :raises ExportError: ``algorithm`` is P-EAGLE or XPress, or unknown.
+    :raises ExportError: ``algorithm`` is not one :mod:`..served` lists.
     """
-    if algorithm in _REFUSED:
-        raise ExportError(f"{where}: {algorithm} draft: {_REFUSED[algorithm]}")
-    if algorithm != "eagle3" and algorithm not in SERVE_METHOD:
-        raise ExportError(
-            f"{where}: speculators_model_type {algorithm!r}; export handles "
-            f"eagle3, {', '.join(BLOCK_ALGORITHMS)}"
-        )
+    why = unserved_reason(algorithm)
+    if why is not None:
+        raise ExportError(f"{where}: {algorithm} draft: {why}")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from typing import Any
 
 from ..evaluate.epochs import table_choice
 from ..evaluate.profile import check_profile
-from .block import SERVE_METHOD, BlockCausality, block_serving_config, refuse_unservable
+from ..served import SERVE_METHOD
+from .block import BlockCausality, block_serving_config, refuse_unservable
 from .errors import ExportError
 from .hub import serving_verifier_id
 from .k3_dspark import (

@@ -23,7 +23,7 @@ __all__ = ["check_export", "main"]
 def check_export(request: CheckRequest) -> dict[str, Any]:
     """The check for the export's layout (speculators format: EAGLE-3 or a
     block drafter; or native MLA)."""
-    from speculators_kimi.export.block import BLOCK_ALGORITHMS
+    from speculators_kimi.served import BLOCK_ALGORITHMS
 
     from .block_layout import check_block_layout
     from .k3_dspark import check_k3_dspark

@@ -256,6 +256,7 @@ def test_block_drafters_decode_losslessly(verifier, drafts, name):
         ("xpress", "Qwen3XPress.*train --speculator-type dflash or dspark"),
         ("peagle", "P-EAGLE"),
         ("mtp", "MTP layer"),
+        ("medusa", "'medusa' is no draft speculators trains"),
     ],
 )
 def test_undecoded_algorithms_are_refused_from_the_config(algorithm, why):

@@ -1,0 +1,44 @@
+"""Which draft algorithms vLLM 0.34 serves from a speculators checkpoint.
+
+``evaluate`` decodes, ``export`` writes and ``vllm-check`` loads exactly these;
+the other algorithms upstream trains are refused by each command with the same
+reason, from here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BLOCK_ALGORITHMS", "SERVED", "SERVE_METHOD", "unserved_reason"]
+
+#: The block drafters, and the vLLM ``method`` each is served under (vLLM's
+#: ``build_vllm_speculative_config`` maps dflash2 to dflash).
+SERVE_METHOD = {"dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
+BLOCK_ALGORITHMS = tuple(SERVE_METHOD)
+#: Every algorithm served: EAGLE-3 chains a token per step, the others a block.
+SERVED = ("eagle3", *BLOCK_ALGORITHMS)
+
+#: Why vLLM 0.34 does not serve a draft of these algorithms, and what to train.
+_NOT_SERVED = {
+    "peagle": "vLLM 0.34 refuses P-EAGLE checkpoints: 'P-EAGLE (parallel drafting "
+    "EAGLE-3) is not supported.' (speculators/algos.py update_peagle); train "
+    "--speculator-type eagle3 for a draft it serves",
+    "xpress": "vLLM 0.34 serves XPress only in its native full-vocabulary "
+    "Qwen3XPress layout (Qwen3XPressModel, its own tensor names); its speculators "
+    "parser has no 'xpress' algorithm, so this checkpoint cannot be served as "
+    "written; train --speculator-type dflash or dspark for a block drafter it "
+    "serves",
+    "mtp": "an MTP draft is decoded by the verifier's own MTP layer in vLLM, "
+    "not by a speculators draft",
+}
+
+
+def unserved_reason(algorithm: object) -> str | None:
+    """Why a draft whose ``speculators_model_type`` is ``algorithm`` is not
+    served (``None`` when it is): vLLM's reason and the fix, or that it is no
+    algorithm speculators trains."""
+    if algorithm in SERVED:
+        return None
+    return _NOT_SERVED.get(
+        str(algorithm),
+        f"speculators_model_type {algorithm!r} is no draft speculators trains "
+        f"(served: {', '.join(SERVED)})",
+    )
