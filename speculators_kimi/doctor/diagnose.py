@@ -93,9 +93,12 @@ def _shards_and_weights(
             verifier, text_config, report, options.weight_overrides or {}
         )
     except Exception as err:
-        # A shard reported above is not reported twice.
-        if not any(shard in str(err) for shard in bad_shards):
-            report.problems.append(_problem_for(err))
+        # A shard reported above is not reported twice (nor a single file
+        # whose header neither section could read).
+        problem = _problem_for(err)
+        reported = problem in report.problems
+        if not reported and not any(shard in str(err) for shard in bad_shards):
+            report.problems.append(problem)
     return None
 
 

@@ -219,6 +219,18 @@ def test_every_shard_of_the_index_is_checked(tmp_path, capsys, damage):
     )
 
 
+def test_a_torn_single_file_checkpoint_is_one_problem(tmp_path, capsys):
+    path = gemma3_text(tmp_path / "gemma")
+    tensors = safetensors_torch.load_file(path / "model-00001-of-00001.safetensors")
+    write_checkpoint(path, tensors)  # one model.safetensors, no index
+    weights = path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    code, report = _doctor(capsys, str(path))
+    assert code == 1
+    (problem,) = report["problems"]
+    assert str(weights) in problem["problem"]
+
+
 def test_a_local_path_that_does_not_exist_is_named(tmp_path, capsys):
     missing = tmp_path / "no" / "such"
     code, report = _doctor(capsys, str(missing))
