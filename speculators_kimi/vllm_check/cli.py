@@ -69,6 +69,22 @@ def format_report(report: dict[str, Any]) -> str:
             f"{causality['trained']}, vLLM {causality['vllm']}"
             + ("" if causality["as_trained"] else " (DIFFERENT)")
         )
+    aux = report.get("aux_layers")
+    if aux is not None:
+        lines.append(
+            f"verifier layers read: trained {aux['trained']}, vLLM {aux['vllm']}"
+            + ("" if aux["trained"] == aux["vllm"] else " (DIFFERENT)")
+        )
+    pages = report.get("kv_cache_pages")
+    if pages:
+        widths = sorted({page[-1] for page in pages})
+        lines.append(
+            f"KV cache: {len(pages)} layer(s), pages {list(pages[0])}, latent "
+            f"width {', '.join(map(str, widths))}"
+        )
+    confidence = step.get("max_abs_confidence_diff")
+    if confidence is not None:
+        lines.append(f"confidence head: max difference {confidence:.3g}")
     return "\n".join(
         [
             f"vLLM {report['vllm']} ({report['layout']} layout): "

@@ -68,6 +68,22 @@ def test_problems(report, expected):
         assert expected in found[0], found
 
 
+def test_the_text_report_names_what_the_verdict_reads():
+    from speculators_kimi.vllm_check.cli import format_report
+
+    report = changed("aux_layers.vllm", [0, 1, 2])
+    report.update(
+        vllm="0.34.0",
+        layout="native",
+        check_seconds=1.0,
+        kv_cache_pages=[(4, 16, 1, 40)],
+    )
+    text = format_report(report)
+    assert "verifier layers read: trained [1, 2, 3], vLLM [0, 1, 2] (DIFFERENT)" in text
+    assert "KV cache: 1 layer(s), pages [4, 16, 1, 40], latent width 40" in text
+    assert "confidence head: max difference 3e-08" in text
+
+
 def test_a_training_checkpoint_given_as_the_export_is_refused(tmp_path, capsys):
     """Before any environment is built: vLLM would refuse it with a traceback."""
     from speculators_kimi import cli
