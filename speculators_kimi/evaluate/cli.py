@@ -243,7 +243,7 @@ def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
 
     from .algorithms import check_decodable
     from .context import draft_lengths, length_warnings
-    from .session import load_session
+    from .session import embedding_warning, load_session
 
     check_model_source(o.verifier, "--verifier")
     checkpoint = draft_checkpoint(o.draft)
@@ -266,6 +266,9 @@ def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
         trust_remote_code=o.trust_remote_code,
         weight_overrides=o.weight_overrides,
     )
+    mismatch = embedding_warning(checkpoint, session.draft, session.verifier)
+    if mismatch is not None:
+        print(f"warning: {mismatch}", file=sys.stderr)
     if o.each_epoch:
         return _each_epoch(session, prompts, o)
     result = _decode(session, prompts, o)

@@ -24,6 +24,7 @@ __all__ = [
     "EvaluationSession",
     "cast_draft",
     "check_draft_fits",
+    "embedding_warning",
     "load_draft",
     "load_session",
     "resolve_dtype",
@@ -132,6 +133,59 @@ def check_draft_fits(checkpoint: str | Path, verifier: str | Path) -> None:
             f"{verifier}: " + "; ".join(problems) + ". Pass the verifier it was "
             "trained for, or evaluate a draft trained for this one."
         )
+
+
+#: safetensors' dtype names of the floating types a checkpoint stores.
+_SAFETENSORS_DTYPES = {
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "F32": torch.float32,
+}
+
+
+def embedding_warning(checkpoint: str | Path, draft: Any, verifier: Any) -> str | None:
+    """Why the acceptance measured may not be the draft's with its own verifier:
+    the draft saved a frozen copy of its verifier's input embedding (EAGLE-3,
+    without ``embed_requires_grad``) that is not ``verifier``'s. A verifier of
+    the same shapes but other weights (a fine-tune, another release) passes
+    :func:`check_draft_fits`; this compares the tensor itself.
+
+    :param draft: the loaded draft; :param verifier: the loaded
+        :class:`~speculators_kimi.verifier.causal.CausalVerifier`.
+    """
+    from safetensors import safe_open
+
+    if getattr(draft.config, "embed_requires_grad", True):
+        return None
+    weights = Path(checkpoint) / "model.safetensors"
+    with safe_open(str(weights), framework="pt") as f:
+        if "embed_tokens.weight" not in f.keys():  # noqa: SIM118
+            return None  # reloaded from the verifier (the block drafters)
+        stored = _SAFETENSORS_DTYPES.get(f.get_slice("embed_tokens.weight").get_dtype())
+    ours = draft.embed_tokens.weight
+    theirs = verifier.decoder.get_input_embeddings().weight
+    if stored is None or theirs.device.type == "meta" or ours.shape != theirs.shape:
+        return None
+    # The checkpoint holds the verifier's embedding rounded to its dtype: compare
+    # the verifier's rounded alike, a block of rows at a time (no full copy).
+    diff = 0.0
+    for start in range(0, ours.shape[0], 4096):
+        mine = ours[start : start + 4096].float()
+        same = theirs[start : start + 4096].to(mine.device, stored).float()
+        diff = max(diff, (mine - same).abs().max().item())
+    if diff == 0:
+        return None
+    # as recorded: load_draft points the loaded config at ``verifier``
+    from speculators.utils.text_config import load_config_dict
+
+    config = load_config_dict(checkpoint).get("speculators_config") or {}
+    trained_for = (config.get("verifier") or {}).get("name_or_path")
+    return (
+        f"{checkpoint}'s input embedding (its verifier's, frozen in training) "
+        f"differs from the verifier's by up to {diff:.3g}: the draft was trained "
+        f"for another verifier ({trained_for or 'not recorded'}), and what is "
+        "measured is that pairing"
+    )
 
 
 @dataclass

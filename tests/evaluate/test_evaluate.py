@@ -28,6 +28,7 @@ from speculators_kimi.evaluate import (
     load_session,
 )
 from speculators_kimi.evaluate.decode import _verify
+from speculators_kimi.evaluate.session import embedding_warning
 from speculators_kimi.verifier.loading import Placement, parse_max_memory
 
 
@@ -264,6 +265,30 @@ def test_a_moved_checkpoint_evaluates_with_the_given_verifier(trained_demo, tmp_
     )
     want = trained_demo["acceptance"]["trained"]
     assert report.mean_acceptance_length == want["mean_acceptance_length"]
+
+
+def test_a_verifier_of_the_same_shapes_but_other_weights_is_warned_of(
+    trained_demo, tmp_path
+):
+    """A fine-tune of the verifier passes the geometry check; the draft's saved
+    (frozen) copy of its verifier's embedding tells them apart."""
+    verifier_dir, _, ckpt = _paths(trained_demo)
+    session = load_session(ckpt, verifier_dir, dtype="float32", device="cpu")
+    assert embedding_warning(ckpt, session.draft, session.verifier) is None
+
+    other = tmp_path / "fine-tuned"
+    shutil.copytree(verifier_dir, other)
+    for shard in other.glob("*.safetensors"):
+        tensors = load_file(shard)
+        for key in [k for k in tensors if k.endswith("embed_tokens.weight")]:
+            tensors[key] = tensors[key] * 1.5
+        save_file(tensors, shard, metadata={"format": "pt"})
+    session = load_session(ckpt, other, dtype="float32", device="cpu")
+    warning = embedding_warning(ckpt, session.draft, session.verifier)
+    assert warning is not None
+    assert warning.startswith(f"{ckpt}'s input embedding (its verifier's, frozen")
+    assert f"trained for another verifier ({other})" not in warning
+    assert f"({verifier_dir})" in warning
 
 
 def test_max_memory_parsing():
