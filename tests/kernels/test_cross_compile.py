@@ -152,10 +152,12 @@ def test_block0_dots_run_on_hopper_tensor_cores(sm90_report, case):
         assert builds[kernel]["mma_sync"] == 0, builds[kernel]
     budget = SPILL_BUDGET_BYTES if case != CASES_16BIT_D256 else 2048
     for build in builds.values():
-        assert build["spill_store_bytes"] <= budget, build
-        # where the spills are, from the SASS: none in a loop without spill bytes
+        # where the spills are, from the SASS of the cubin Triton launches (and
+        # its ptxas log): none in a loop without spill bytes
         assert isinstance(build["loop_spills"], int), build
         assert build["spill_store_bytes"] or build["loop_spills"] == 0, build
+        spilled = max(build["spill_store_bytes"], build["spill_load_bytes"])
+        assert spilled <= budget or build["loop_spills"] == 0, build
     assert builds["diag_kernel"]["wgmma"] == builds["diag_kernel"]["mma_sync"] == 0
 
 
@@ -216,12 +218,20 @@ def test_shared_memory_over_the_limit_is_a_problem():
     assert build.problems(80)  # smaller on A100
 
 
-def test_spills_past_the_budget_at_16_bit_are_a_problem():
-    small = dataclasses.replace(FITS, spill_store_bytes=64, spill_load_bytes=64)
+def test_spills_past_the_budget_in_a_loop_at_16_bit_are_a_problem():
+    small = dataclasses.replace(
+        FITS, spill_store_bytes=64, spill_load_bytes=64, loop_spills=4
+    )
     assert small.problems(90) == []  # reported in the table, within budget
     over = SPILL_BUDGET_BYTES + 8
-    build = dataclasses.replace(FITS, spill_store_bytes=over, spill_load_bytes=over)
+    build = dataclasses.replace(small, spill_store_bytes=over, spill_load_bytes=over)
     assert f"spills {over} bytes" in build.problems(90)[0]
+    assert "4 spill instructions in loops" in build.problems(90)[0]
+    # where nvdisasm could not tell, the spill counts as in a loop
+    unknown = dataclasses.replace(build, loop_spills=None)
+    assert "? spill instructions in loops" in unknown.problems(90)[0]
+    # outside every loop it is paid once per program: reported, not refused
+    assert dataclasses.replace(build, loop_spills=0).problems(90) == []
     fp32 = dataclasses.replace(build, dtype="float32")
     assert fp32.problems(90) == []  # IEEE correctness configs: reported only
 
