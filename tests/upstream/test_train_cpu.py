@@ -167,6 +167,15 @@ def test_resume_continues_only_its_own_run(tiny, tmp_path):
     assert lrs[1] < lrs[0]
     assert (save / "run.yaml").read_bytes() != record["run.yaml"]
 
+    # From scratch over it: the two-epoch run is moved aside whole, so a later
+    # plain rerun cannot resume it (it would have resumed its epoch 1).
+    run([*cmd, "--no-resume-from-checkpoint"], cwd=tmp_path, timeout=600)
+    aside = save / "replaced-run-1"
+    assert {"0", "1", "run.yaml", "checkpoint_best"} <= {
+        p.name for p in aside.iterdir()
+    }
+    assert sorted(p.name for p in save.iterdir() if p.name.isdigit()) == ["0"]
+
 
 def _torchrun_probed(tiny, tmp_path: Path, *extra: str) -> tuple[str, list[dict]]:
     """A 3-step torchrun (2 gloo ranks) with what each rank set up (see
