@@ -169,12 +169,19 @@ def _prompts(o: EvaluationOptions, checkpoint: Path) -> list[Prompt]:
     """The prompts ``--data`` or ``--prompts`` names, the first ``--num-prompts``;
     ``--data``'s held-out rows are those the run at ``checkpoint`` held out."""
     from .prompts import dataset_prompts, jsonl_prompts
-    from .run_record import recorded_train_data_ratio
+    from .run_record import recorded_train_data_ratio, run_config
 
     if o.data:
         ratio = o.train_data_ratio
         if ratio is None:
             ratio = recorded_train_data_ratio(checkpoint)
+            if run_config(checkpoint) is None:
+                print(
+                    f"warning: no run.yaml in {checkpoint} or above it: holding out "
+                    f"the last {1 - ratio:.0%} of --data (upstream's default); pass "
+                    "--train-data-ratio as the run trained with",
+                    file=sys.stderr,
+                )
         prompts = dataset_prompts(
             o.data,
             train_data_ratio=ratio,

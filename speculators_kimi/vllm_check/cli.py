@@ -98,6 +98,15 @@ def format_report(report: dict[str, Any]) -> str:
     )
 
 
+def _draft_kind(config: dict[str, Any]) -> str:
+    """The algorithm of a checkpoint's or an export's ``config.json``: the
+    speculators layouts name it; vLLM's native ones are DSpark (``k3_dspark``)
+    or EAGLE-3 (the MLA layout)."""
+    if "speculators_model_type" in config:
+        return str(config["speculators_model_type"])
+    return "dspark" if config.get("model_type") == "k3_dspark" else "eagle3"
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``vllm-check`` from parsed arguments."""
     from .size import check_decoder_fits
@@ -111,6 +120,16 @@ def run(args: argparse.Namespace) -> int:
             "training_state.json), not an export; write one first: speculators-kimi "
             f"export {args.export} --out DIR, then vllm-check DIR --checkpoint "
             f"{args.export} --verifier {args.verifier}"
+        )
+    exported, trained = (
+        _draft_kind(json.loads((Path(path) / "config.json").read_text()))
+        for path in (args.export, args.checkpoint)
+    )
+    if exported != trained:
+        raise CommandError(
+            f"export {args.export} is a {exported} draft and --checkpoint "
+            f"{args.checkpoint} a {trained} one: give the checkpoint the export was "
+            "written from"
         )
     if not args.synthetic_aux_states:
         check_decoder_fits(args.verifier)

@@ -5,6 +5,7 @@ model: the arithmetic)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -202,7 +203,7 @@ def test_ties_go_to_the_lower_loss_then_the_earlier_epoch(tmp_path):
 
 @pytest.mark.parametrize(("given", "first_held_out"), [(None, 6), (0.5, 5)])
 def test_held_out_prompts_are_the_rows_the_run_held_out(
-    tmp_path, given, first_held_out
+    tmp_path, capsys, given, first_held_out
 ):
     """Without --train-data-ratio, the split is the one the run recorded in its
     run.yaml (0.6 of 10 rows: 6..9), not 0.9, which evaluated training rows as
@@ -230,3 +231,12 @@ def test_held_out_prompts_are_the_rows_the_run_held_out(
     )
     sources = [p.source for p in _prompts(options, checkpoint)]
     assert sources == [f"{data}[{i}]" for i in range(first_held_out, 10)]
+    assert "warning" not in capsys.readouterr().err
+
+    # No record (a run directory copied without it): upstream's split, said so.
+    (checkpoint.parent / "run.yaml").unlink()
+    options = dataclasses.replace(options, train_data_ratio=None)
+    assert len(_prompts(options, checkpoint)) == 1
+    assert f"warning: no run.yaml in {checkpoint} or above it: holding out the " in (
+        capsys.readouterr().err
+    )

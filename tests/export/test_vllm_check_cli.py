@@ -97,3 +97,34 @@ def test_a_training_checkpoint_given_as_the_export_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "a training checkpoint (it holds training_state.json)" in err
     assert f"speculators-kimi export {checkpoint} --out DIR" in err
+
+
+@pytest.mark.parametrize(
+    ("exported", "kind"),
+    [
+        ({"speculators_model_type": "dspark"}, "dspark"),
+        ({"model_type": "k3_dspark"}, "dspark"),
+        ({"model_type": "deepseek_v3"}, "eagle3"),  # the native MLA EAGLE-3
+    ],
+)
+def test_a_checkpoint_of_another_kind_than_the_export_is_refused(
+    tmp_path, capsys, exported, kind
+):
+    """Before any environment is built (it ended in an AttributeError)."""
+    import json
+
+    from speculators_kimi import cli
+
+    export, checkpoint = tmp_path / "export", tmp_path / "ckpt"
+    for path, config in ((export, exported), (checkpoint, {})):
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps(config))
+    other = "eagle3" if kind == "dspark" else "dflash"
+    (checkpoint / "config.json").write_text(
+        json.dumps({"speculators_model_type": other})
+    )
+    args = ["vllm-check", str(export), "--checkpoint", str(checkpoint)]
+    assert cli.main([*args, "--verifier", str(tmp_path / "v")]) == 1
+    err = capsys.readouterr().err
+    assert f"export {export} is a {kind} draft and --checkpoint {checkpoint} a " in err
+    assert f"{other} one" in err
