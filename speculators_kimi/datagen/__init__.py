@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from .generate import (
     GenerationResult,
+    OtherSettingsError,
     OtherVerifierError,
     OutputDirError,
     generate_hidden_states,
@@ -50,6 +51,7 @@ __all__ = [
     "ContextLengthError",
     "GenerationOptions",
     "GenerationResult",
+    "OtherSettingsError",
     "OtherVerifierError",
     "OutputDirError",
     "default_target_layer_ids",

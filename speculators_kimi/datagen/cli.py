@@ -68,7 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true")
     add_verifier_weight_arguments(parser)
     parser.add_argument(
-        "--overwrite", action="store_true", help="redo files that are complete"
+        "--overwrite",
+        action="store_true",
+        help="redo files that are complete, and replace those made with other "
+        "--target-layer-ids or --dtype (refused without it)",
     )
     parser.add_argument(
         "--on-mismatch",

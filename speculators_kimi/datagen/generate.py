@@ -24,7 +24,12 @@ from ..verifier.capture import capture_hidden_states
 from ..verifier.loading import input_device, load_decoder
 from . import store
 from .options import GenerationOptions
-from .plan import GenerationPlan, OtherVerifierError, plan_generation
+from .plan import (
+    GenerationPlan,
+    OtherSettingsError,
+    OtherVerifierError,
+    plan_generation,
+)
 from .store import OutputDirError
 
 if TYPE_CHECKING:
@@ -34,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "GenerationResult",
+    "OtherSettingsError",
     "OtherVerifierError",
     "OutputDirError",
     "generate_hidden_states",
@@ -107,6 +113,8 @@ def run_generation(options: GenerationOptions) -> GenerationResult:
     its share of the batches; rank 0 shows the progress of the whole job.
     :raises ContextLengthError: a sample is longer than the verifier's context.
     :raises OtherVerifierError: see ``options.on_mismatch``.
+    :raises OtherSettingsError: finished files of other layer ids or dtype, and
+        not ``options.overwrite``.
     :raises OutputDirError: the output directory cannot be written.
     :raises VerifierWeightsError: the decoder's weights cannot be located.
     :raises BrokenShardError: a shard of the weight map is missing or damaged.

@@ -34,6 +34,7 @@ __all__ = [
     "ContextLengthError",
     "DataVocabularyError",
     "GenerationPlan",
+    "OtherSettingsError",
     "OtherVerifierError",
     "check_context",
     "check_vocabulary",
@@ -52,6 +53,11 @@ class ContextLengthError(CommandError):
 
 class DataVocabularyError(CommandError):
     """A sample holds a token id past the verifier's vocabulary."""
+
+
+class OtherSettingsError(CommandError):
+    """Finished files made with other ``--target-layer-ids`` or ``--dtype`` are
+    in the output directory, and ``--overwrite`` was not given."""
 
 
 class OtherVerifierError(CommandError):
@@ -214,6 +220,8 @@ def plan_generation(options: GenerationOptions) -> GenerationPlan:
     ranks.barrier()  # every rank has looked before any rank writes
     if options.on_mismatch == "error":
         _refuse_other_verifier(states, out_dir, verifier)
+    if not options.overwrite:
+        _refuse_other_settings(states, out_dir, layer_ids, dtype)
     batches = plan_batches(
         [len(r) for r in rows],
         batch_size=options.batch_size,
@@ -295,6 +303,29 @@ def _file_states(
             fingerprint=fingerprint,
         )
         for i, row in enumerate(rows)
+    )
+
+
+def _refuse_other_settings(
+    states: Sequence[store.FileState],
+    out_dir: Path,
+    layer_ids: Sequence[int],
+    dtype: torch.dtype,
+) -> None:
+    """:raises OtherSettingsError: finished files were made with other flags
+    (a rerun that forgot one would replace the work it meant to resume)."""
+    others = [i for i, s in enumerate(states) if s is store.FileState.OTHER_SETTINGS]
+    if not others:
+        return
+    first = store.hs_path(out_dir, others[0])
+    made_ids, made_dtype = store.file_settings(first)
+    ours = str(dtype).removeprefix("torch.")
+    raise OtherSettingsError(
+        f"{len(others)} of {len(states)} files in {out_dir} (the first: "
+        f"{first.name}) were generated with --target-layer-ids "
+        f"{' '.join(map(str, made_ids or []))} --dtype {made_dtype}, this run asks "
+        f"for {' '.join(map(str, layer_ids))} and {ours}: pass theirs to resume "
+        "them, --overwrite to regenerate them with these, or another --output-dir"
     )
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "FileState",
     "OutputDirError",
     "file_metadata",
+    "file_settings",
     "file_state",
     "hs_path",
     "prepare_output_dir",
@@ -92,9 +93,12 @@ class FileState(Enum):
     DONE = "done"
     ABSENT = "absent"
     #: Whole and of the right shape, but made by a verifier with another
-    #: fingerprint (other weights or config).
+    #: fingerprint (other weights or config), or of another width.
     OTHER_VERIFIER = "other verifier"
-    #: Torn, another shape, dtype, layer ids or tokens.
+    #: Whole, of these tokens, but made with other ``--target-layer-ids`` or
+    #: ``--dtype``: a rerun that forgot a flag, replaced only on ``--overwrite``.
+    OTHER_SETTINGS = "other settings"
+    #: Torn, or of other tokens (the dataset was prepared again).
     STALE = "stale"
 
 
@@ -116,21 +120,33 @@ def file_state(
             if set(f.keys()) != {"hidden_states", "token_ids"}:
                 return FileState.STALE
             made_by = provenance_of(f.metadata()) or {}
-            if made_by.get("target_layer_ids") != list(layer_ids):
-                return FileState.STALE
             hs = f.get_slice("hidden_states")
-            if list(hs.get_shape()) != [len(token_ids), num_entries, hidden_size]:
-                return FileState.STALE
-            if hs.get_dtype() != _ST_DTYPES.get(dtype):
-                return FileState.STALE
+            shape, stored = list(hs.get_shape()), hs.get_dtype()
             tok = f.get_tensor("token_ids")
-        if tok.tolist() != list(token_ids):
-            return FileState.STALE
     except Exception:
         return FileState.STALE
+    if tok.tolist() != list(token_ids) or shape[:1] != [len(token_ids)]:
+        return FileState.STALE
+    if made_by.get("target_layer_ids") != list(layer_ids) or stored != _ST_DTYPES.get(
+        dtype
+    ):
+        return FileState.OTHER_SETTINGS
+    if shape != [len(token_ids), num_entries, hidden_size]:
+        return (
+            FileState.OTHER_VERIFIER if shape[-1:] != [hidden_size] else FileState.STALE
+        )
     if made_by.get("verifier_fingerprint") != fingerprint:
         return FileState.OTHER_VERIFIER
     return FileState.DONE
+
+
+def file_settings(path: Path) -> tuple[list[int] | None, str]:
+    """The target layer ids and the hidden states' dtype a file was made with."""
+    with safe_open(str(path), framework="pt") as f:
+        made_by = provenance_of(f.metadata()) or {}
+        stored = f.get_slice("hidden_states").get_dtype()
+    names = {v: str(k).removeprefix("torch.") for k, v in _ST_DTYPES.items()}
+    return made_by.get("target_layer_ids"), names.get(stored, stored)
 
 
 def write_atomic(

@@ -28,6 +28,7 @@ from transformers import (
 )
 
 from speculators_kimi.datagen import (
+    OtherSettingsError,
     OtherVerifierError,
     default_target_layer_ids,
     generate_hidden_states,
@@ -484,6 +485,27 @@ def test_files_of_another_verifier_are_redone_or_refused(kimi, tmp_path):
     again = generate_hidden_states(other, data, dtype="float32", progress=False)
     assert (again.written, again.skipped) == (0, 3)
     assert made_by["target_layer_ids"] == res.target_layer_ids
+
+
+def test_files_made_with_other_flags_are_kept_unless_overwritten(kimi, tmp_path):
+    """A rerun that forgot --target-layer-ids or --dtype would replace the work
+    it meant to resume: refused before loading, naming both; --overwrite redoes
+    them."""
+    data = _rows_dataset(tmp_path / "data", [[2, 5, 9, 11], [2, 8, 3]])
+    out = data / "hidden_states"
+    first = {"dtype": "float32", "device": "cpu", "progress": False}
+    generate_hidden_states(kimi, data, target_layer_ids=[1, 2, 3], **first)
+    mine = _snapshot(out)
+    for flags in ({"dtype": "float32"}, {"target_layer_ids": [1, 2, 3]}):
+        with pytest.raises(OtherSettingsError) as raised:
+            generate_hidden_states(kimi, data, progress=False, **flags)
+        message = str(raised.value)
+        assert message.startswith(f"2 of 2 files in {out} (the first: hs_0")
+        assert "--target-layer-ids 1 2 3 --dtype float32, this run asks" in message
+        assert _snapshot(out) == mine
+    res = generate_hidden_states(kimi, data, overwrite=True, progress=False)
+    assert (res.written, res.skipped) == (2, 0)
+    assert read_provenance(out / "hs_0.safetensors")["target_layer_ids"] == [2, 4, 5]
 
 
 def test_an_output_dir_that_is_a_file_is_one_line(llama, tmp_path, capsys):
