@@ -63,13 +63,20 @@ def check_run(out: str, save: Path) -> list[float]:
 def test_speculators_train_on_cpu(tiny, tmp_path):
     spec, verifier, data = tiny
     argv = train_command(spec, verifier, data, tmp_path / "run", max_steps=STEPS)
+    argv[argv.index("--epochs") + 1] = "2"  # --max-steps ends the run in epoch 1
     proc = run([str(BIN / argv[0]), *argv[1:]], cwd=tmp_path, timeout=600)
     out = proc.stdout + proc.stderr
     # CPU substitutes are applied at train start; run.yaml keeps upstream's choice.
     assert "draft_attn_impl=sdpa" in out  # the log line (rich may wrap it)
     run_yaml = (tmp_path / "run" / "checkpoints" / "run.yaml").read_text()
     assert "sdpa" not in run_yaml and "eager" not in run_yaml
-    check_run(out, tmp_path / "run")
+    assert len(check_run(out, tmp_path / "run")) == STEPS
+    # Unit 0028: stopped in its first epoch, recorded as such (a resume with a
+    # larger --max-steps goes on from there); no step of the second epoch.
+    save = tmp_path / "run" / "checkpoints"
+    state = json.loads((save / "0" / "training_state.json").read_text())
+    assert state["local_step"] == STEPS, state
+    assert not (save / "1").exists()
 
 
 def _resumable(argv: list[str], epochs: int) -> list[str]:
