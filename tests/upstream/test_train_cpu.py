@@ -184,6 +184,25 @@ def test_resume_continues_only_its_own_run(tiny, tmp_path):
     assert sorted(p.name for p in save.iterdir() if p.name.isdigit()) == ["0"]
 
 
+def test_save_best_keeps_the_record_and_resumes_on(tiny, tmp_path):
+    """Unit 0028: --save-best deleted run.yaml and saved no training state, so
+    a resume restarted the step count (and skipped the topology check)."""
+    spec, verifier, data = tiny
+    save = tmp_path / "run" / "checkpoints"
+    base = train_command(spec, verifier, data, tmp_path / "run")
+    at = base.index("--max-steps")
+    cmd = [str(BIN / base[0]), *base[1:at], *base[at + 2 :], "--save-best"]
+    cmd.remove("--no-resume-from-checkpoint")
+    run([*cmd, "--log-freq", "1"], cwd=tmp_path, env=WIDE, timeout=600)
+    assert (save / "run.yaml").is_file()
+    state = json.loads((save / "checkpoint_best" / "training_state.json").read_text())
+    assert state["local_step"] == 0 and state["global_step"] > 0, state
+    again = run([*cmd, "--epochs", "2"], cwd=tmp_path, env=WIDE, timeout=600)
+    out = again.stdout + again.stderr
+    assert "Resuming training on epoch 2." in out
+    assert "training_topology.json is missing" not in out
+
+
 def _torchrun_probed(tiny, tmp_path: Path, *extra: str) -> tuple[str, list[dict]]:
     """A 3-step torchrun (2 gloo ranks) with what each rank set up (see
     ``distributed_probe``): its output and the ranks' reports."""
