@@ -15,6 +15,7 @@ from .checkpoint import shards_section, text_config_section, weights_section
 from .draft import DraftChoices, draft_options, draft_section
 from .memory import estimate_memory
 from .report import Problem, Report
+from .tokenizer import tokenizer_section
 from .values import values_section
 
 __all__ = ["DEFAULT_DRAFT_VOCAB", "DoctorOptions", "diagnose"]
@@ -169,6 +170,7 @@ def diagnose(
     draft_vocab = options.draft_vocab_size
     if draft_vocab is None:
         draft_vocab = min(DEFAULT_DRAFT_VOCAB, int(text_config.vocab_size))
+    tokenizer_section(verifier, report)
     spec = _shards_and_weights(verifier, text_config, options, report)
     if options.check_values and spec is not None:
         values_section(spec, report, progress=progress)

@@ -231,6 +231,22 @@ def test_a_torn_single_file_checkpoint_is_one_problem(tmp_path, capsys):
     assert str(weights) in problem["problem"]
 
 
+def test_a_verifier_without_its_tokenizer_files_is_a_problem(tmp_path, capsys):
+    """prepare-data cannot render without them; the weights load all the same."""
+    path = gemma3_text(tmp_path / "gemma")
+    (path / "tokenizer_config.json").write_text("{}")
+    (path / "tokenizer.json").write_text("{}")
+    code, report = _doctor(capsys, str(path))
+    assert code == 0, report["problems"]
+    (path / "tokenizer.json").unlink()  # copied in part
+    code, report = _doctor(capsys, str(path))
+    assert code == 1
+    (problem,) = report["problems"]
+    assert (
+        f"{path} has a tokenizer_config.json but no vocabulary" in (problem["problem"])
+    )
+
+
 def test_a_local_path_that_does_not_exist_is_named(tmp_path, capsys):
     missing = tmp_path / "no" / "such"
     code, report = _doctor(capsys, str(missing))
