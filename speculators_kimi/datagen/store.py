@@ -144,9 +144,8 @@ def file_settings(path: Path) -> tuple[list[int] | None, str]:
     """The target layer ids and the hidden states' dtype a file was made with."""
     with safe_open(str(path), framework="pt") as f:
         made_by = provenance_of(f.metadata()) or {}
-        stored = f.get_slice("hidden_states").get_dtype()
-    names = {v: str(k).removeprefix("torch.") for k, v in _ST_DTYPES.items()}
-    return made_by.get("target_layer_ids"), names.get(stored, stored)
+        stored = f.get_slice("hidden_states")[:1].dtype
+    return made_by.get("target_layer_ids"), str(stored).removeprefix("torch.")
 
 
 def write_atomic(

@@ -169,13 +169,14 @@ def _prompts(o: EvaluationOptions, checkpoint: Path) -> list[Prompt]:
     """The prompts ``--data`` or ``--prompts`` names, the first ``--num-prompts``;
     ``--data``'s held-out rows are those the run at ``checkpoint`` held out."""
     from .prompts import dataset_prompts, jsonl_prompts
-    from .run_record import recorded_train_data_ratio, run_config
+    from .run_record import data_arg, run_config
 
     if o.data:
         ratio = o.train_data_ratio
         if ratio is None:
-            ratio = recorded_train_data_ratio(checkpoint)
-            if run_config(checkpoint) is None:
+            found = run_config(checkpoint)
+            ratio = float(data_arg(found[0] if found else {}, "train_data_ratio"))
+            if found is None:
                 print(
                     f"warning: no run.yaml in {checkpoint} or above it: holding out "
                     f"the last {1 - ratio:.0%} of --data (upstream's default); pass "

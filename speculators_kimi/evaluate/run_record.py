@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["data_arg", "recorded_train_data_ratio", "run_config"]
+__all__ = ["data_arg", "run_config"]
 
 
 def run_config(checkpoint: Path) -> tuple[dict[str, Any], Path] | None:
@@ -31,10 +31,3 @@ def data_arg(train: dict[str, Any], name: str) -> Any:
     from speculators.train.config.schema import DataArgs
 
     return getattr(DataArgs(), name)
-
-
-def recorded_train_data_ratio(checkpoint: Path) -> float:
-    """The ``--train-data-ratio`` the run trained with (upstream's default when
-    it did not set it, or wrote no ``run.yaml``)."""
-    found = run_config(checkpoint)
-    return float(data_arg(found[0] if found else {}, "train_data_ratio"))

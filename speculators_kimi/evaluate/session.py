@@ -135,14 +135,6 @@ def check_draft_fits(checkpoint: str | Path, verifier: str | Path) -> None:
         )
 
 
-#: safetensors' dtype names of the floating types a checkpoint stores.
-_SAFETENSORS_DTYPES = {
-    "BF16": torch.bfloat16,
-    "F16": torch.float16,
-    "F32": torch.float32,
-}
-
-
 def embedding_warning(checkpoint: str | Path, draft: Any, verifier: Any) -> str | None:
     """Why the acceptance measured may not be the draft's with its own verifier:
     the draft saved a frozen copy of its verifier's input embedding (EAGLE-3,
@@ -161,10 +153,10 @@ def embedding_warning(checkpoint: str | Path, draft: Any, verifier: Any) -> str 
     with safe_open(str(weights), framework="pt") as f:
         if "embed_tokens.weight" not in f.keys():  # noqa: SIM118
             return None  # reloaded from the verifier (the block drafters)
-        stored = _SAFETENSORS_DTYPES.get(f.get_slice("embed_tokens.weight").get_dtype())
+        stored = f.get_slice("embed_tokens.weight")[:1].dtype
     ours = draft.embed_tokens.weight
     theirs = verifier.decoder.get_input_embeddings().weight
-    if stored is None or theirs.device.type == "meta" or ours.shape != theirs.shape:
+    if theirs.device.type == "meta" or ours.shape != theirs.shape:
         return None
     # The checkpoint holds the verifier's embedding rounded to its dtype: compare
     # the verifier's rounded alike, a block of rows at a time (no full copy).

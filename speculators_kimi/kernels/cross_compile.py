@@ -6,9 +6,9 @@ the arguments, constexprs, tile sizes, warps and stages a GPU run would use. Tri
 compiles it for the target architecture (default sm_90: H100/H200) down to a cubin
 with its bundled ``ptxas``, whose ``-v`` log (Triton's, of the cubin it launches)
 reports what the GPU must provide per program: registers per thread, spills, and
-(from Triton) shared memory. Triton's
-bundled ``nvdisasm`` then says where the spills are: a spill inside a loop is paid on
-every key tile, one before or after the loops once per program.
+(from Triton) shared memory. Triton's bundled ``nvdisasm`` then says where the
+spills are: a spill inside a loop is paid on every key tile, one before or after the
+loops once per program.
 
 This is a static check (does it build, does it fit, does it spill), never a speed
 figure: ``python -m speculators_kimi.kernels.cross_compile --arch 90 --json

@@ -102,9 +102,11 @@ def _draft_kind(config: dict[str, Any]) -> str:
     """The algorithm of a checkpoint's or an export's ``config.json``: the
     speculators layouts name it; vLLM's native ones are DSpark (``k3_dspark``)
     or EAGLE-3 (the MLA layout)."""
+    from ..export.k3_dspark import K3_MODEL_TYPE
+
     if "speculators_model_type" in config:
         return str(config["speculators_model_type"])
-    return "dspark" if config.get("model_type") == "k3_dspark" else "eagle3"
+    return "dspark" if config.get("model_type") == K3_MODEL_TYPE else "eagle3"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ __all__ = ["check_export", "main"]
 def check_export(request: CheckRequest) -> dict[str, Any]:
     """The check for the export's layout (speculators format: EAGLE-3 or a
     block drafter; or native MLA)."""
+    from speculators_kimi.export.k3_dspark import K3_MODEL_TYPE
     from speculators_kimi.served import BLOCK_ALGORITHMS
 
     from .block_layout import check_block_layout
@@ -33,7 +34,7 @@ def check_export(request: CheckRequest) -> dict[str, Any]:
     config = json.loads((Path(request.export) / "config.json").read_text())
     if config.get("speculators_model_type") in BLOCK_ALGORITHMS:
         report: dict[str, Any] = check_block_layout(request)
-    elif config.get("model_type") == "k3_dspark":
+    elif config.get("model_type") == K3_MODEL_TYPE:
         report = check_k3_dspark(request, config)
     elif "speculators_config" in config:
         report = check_speculators_layout(request)
