@@ -186,7 +186,10 @@ def plan_generation(options: GenerationOptions) -> GenerationPlan:
     run with several faults names the same one first. It creates the output
     directory and removes a killed run's temporary files; it writes no sample.
     """
-    from speculators.train.data_checks import check_prepared_dataset
+    from speculators.train.data_checks import (
+        check_data_tokenizer,
+        check_prepared_dataset,
+    )
 
     verifier, trust_remote_code = options.verifier, options.trust_remote_code
     data_path = Path(options.data_path)
@@ -196,6 +199,8 @@ def plan_generation(options: GenerationOptions) -> GenerationPlan:
         else data_path / store.HS_DIRNAME
     )
     check_prepared_dataset(data_path)  # a path that is not one: one line, named
+    # rows of another tokenizer than the verifier's: states of text nobody wrote
+    check_data_tokenizer(data_path, verifier, trust_remote_code=trust_remote_code)
     ranks = current_ranks()
     if ranks.distributed and options.placement is not None:
         raise CommandError(

@@ -168,10 +168,13 @@ def _template_kwargs(text: str | None) -> dict[str, Any] | None:
 def _prompts(o: EvaluationOptions, checkpoint: Path) -> list[Prompt]:
     """The prompts ``--data`` or ``--prompts`` names, the first ``--num-prompts``;
     ``--data``'s held-out rows are those the run at ``checkpoint`` held out."""
+    from speculators.train.data_checks import check_data_tokenizer
+
     from .prompts import dataset_prompts, jsonl_prompts
     from .run_record import data_arg, run_config
 
     if o.data:
+        check_data_tokenizer(o.data, o.verifier, trust_remote_code=o.trust_remote_code)
         ratio = o.train_data_ratio
         if ratio is None:
             found = run_config(checkpoint)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from helpers import run, unread_flags
+from helpers import reordered_words, run, unread_flags
 from safetensors import safe_open
 from safetensors.torch import load_file
 from speculators.data_generation.provenance import PROVENANCE_KEY, read_provenance
@@ -367,6 +367,29 @@ def test_a_token_past_the_verifiers_vocabulary_is_refused_before_loading(
     err = capsys.readouterr().err
     assert f"sample 1 has token id {vocab + 5}, past the verifier's vocabulary" in err
     assert not any((data / "hidden_states").glob("hs_*"))
+
+
+def test_rows_of_another_tokenizer_are_refused_before_loading(llama, tmp_path, capsys):
+    """Rows of the Llama's tokenizer, states asked of a verifier whose tokenizer
+    numbers words otherwise: only the data's tokenizer record tells."""
+    from speculators_kimi import cli
+
+    llama_verifier, data = llama
+    other = reordered_words(llama_verifier, tmp_path / "other")
+    out = tmp_path / "hs"
+    argv = ["generate-hidden-states", "--verifier", str(other), "--data-path"]
+    with pytest.raises(SystemExit) as exited:  # upstream's known error: run_cli
+        cli.main([*argv, str(data), "--output-dir", str(out)])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"{data} was prepared with the tokenizer of {llama_verifier}" in err
+    assert f"speculators prepare-data --model {other}" in err
+    assert not out.exists()
+    # The verifier it was prepared with passes the same check.
+    from speculators.train.data_checks import check_data_tokenizer
+
+    check_data_tokenizer(data, str(llama_verifier))
 
 
 def test_missing_weights_is_a_clear_error(kimi, tmp_path):

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 import torch
-from helpers import BIN, run, unread_flags
+from helpers import BIN, reordered_words, run, unread_flags
 from safetensors.torch import load_file, save_file
 from speculators.models.attention_backends import get_backend
 from transformers import DynamicCache
@@ -289,6 +289,21 @@ def test_a_verifier_of_the_same_shapes_but_other_weights_is_warned_of(
     assert warning.startswith(f"{ckpt}'s input embedding (its verifier's, frozen")
     assert f"trained for another verifier ({other})" not in warning
     assert f"({verifier_dir})" in warning
+
+
+def test_data_of_another_tokenizer_is_refused_before_loading(
+    trained_demo, tmp_path, capsys
+):
+    """Prompts of --data mean other text to a verifier of another tokenizer."""
+    verifier_dir, data, ckpt = _paths(trained_demo)
+    other = reordered_words(verifier_dir, tmp_path / "other")
+    argv = ["evaluate", "--draft", str(ckpt), "--verifier", str(other)]
+    with pytest.raises(SystemExit) as exited:  # upstream's known error: run_cli
+        cli.main([*argv, "--data", str(data)])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert f"{data} was prepared with the tokenizer of {verifier_dir}" in err
+    assert "Traceback" not in err
 
 
 def test_max_memory_parsing():

@@ -132,6 +132,18 @@ def snapshot(directory: Path) -> dict[str, bytes]:
     }
 
 
+def reordered_words(verifier: Path, out: Path) -> Path:
+    """A copy of a tiny verifier whose tokenizer numbers its words in reverse:
+    every id of its data stays inside the vocabulary and means another word."""
+    shutil.copytree(verifier, out)
+    spec = json.loads((out / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    words = sorted((w for w in vocab if not w.startswith("<")), key=vocab.get)
+    vocab.update(zip(words, sorted((vocab[w] for w in words), reverse=True)))
+    (out / "tokenizer.json").write_text(json.dumps(spec))
+    return out
+
+
 def edited_copy(ckpt: Path, dest: Path, **changes: object) -> Path:
     """A copy of checkpoint ``ckpt`` at ``dest`` with top-level config fields
     changed."""
