@@ -186,14 +186,18 @@ def test_resume_continues_only_its_own_run(tiny, tmp_path):
 
 def test_save_best_keeps_the_record_and_resumes_on(tiny, tmp_path):
     """Unit 0028: --save-best deleted run.yaml and saved no training state, so
-    a resume restarted the step count (and skipped the topology check)."""
+    a resume restarted the step count (and skipped the topology check); it
+    skipped --checkpoint-freq's saves without a word."""
     spec, verifier, data = tiny
     save = tmp_path / "run" / "checkpoints"
     base = train_command(spec, verifier, data, tmp_path / "run")
     at = base.index("--max-steps")
     cmd = [str(BIN / base[0]), *base[1:at], *base[at + 2 :], "--save-best"]
     cmd.remove("--no-resume-from-checkpoint")
-    run([*cmd, "--log-freq", "1"], cwd=tmp_path, env=WIDE, timeout=600)
+    first = run([*cmd, "--checkpoint-freq", "0.5"], cwd=tmp_path, env=WIDE, timeout=600)
+    # It saves at the ends of epochs only, which it says of --checkpoint-freq.
+    assert "--save-best keeps one checkpoint" in first.stdout + first.stderr
+    assert "--checkpoint-freq 0.5 saves no other" in first.stdout + first.stderr
     assert (save / "run.yaml").is_file()
     state = json.loads((save / "checkpoint_best" / "training_state.json").read_text())
     assert state["local_step"] == 0 and state["global_step"] > 0, state
