@@ -253,9 +253,9 @@ def test_torchrun_two_processes_gloo(tiny, tmp_path):
     assert errors == [
         f"error: ConfigError: {ckpt}/training_topology.json was saved at "
         "data-parallel size 2 (2 processes / --sp-size 1) and this run's is 1 "
-        "(1 / 1): its batches and schedule depend on it; launch --sp-size x 2 "
-        f"processes, or start a new run from its weights with --from-pretrained "
-        f"{ckpt} and another --save-path."
+        "(1 / 1): its batches and schedule depend on it; launch 2 processes at "
+        "--sp-size 1 (2 x --sp-size), or start a new run from its weights with "
+        f"--from-pretrained {ckpt} and another --save-path."
     ], (proc.stdout + proc.stderr)[-3000:]
     assert _sha256(ckpt) == before
     assert not (ckpt.parent / "1").exists()
