@@ -16,7 +16,7 @@ from typing import Any
 from .checkpoint import TinyCheckpoint, save_pretrained, saved_keys
 from .configs import dense_text
 from .specs import TinyVerifierSpec
-from .tokenizer import build_tokenizer, token_ids
+from .tokenizer import build_byte_level_tokenizer, build_tokenizer, token_ids
 
 __all__ = ["deepseek_v4", "kimi_linear", "nemotron_h", "qwen3_5", "qwen3_5_moe"]
 
@@ -43,7 +43,7 @@ def qwen3_5(out: Path) -> TinyCheckpoint:
     """Qwen3.5 (``Qwen3_5ForConditionalGeneration``): gated-deltanet hybrid."""
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
-    tok = build_tokenizer(_SPEC)
+    tok = build_byte_level_tokenizer(_SPEC)
     media = _SPEC.vocab_size - 4
     vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 48, "num_heads": 2}
     vision.update(out_hidden_size=_SPEC.hidden_size, num_position_embeddings=16)
@@ -65,7 +65,7 @@ def qwen3_5_moe(out: Path) -> TinyCheckpoint:
     """Qwen3.5-MoE's text model (``Qwen3_5MoeForCausalLM``)."""
     from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
 
-    tok = build_tokenizer(_SPEC)
+    tok = build_byte_level_tokenizer(_SPEC)
     moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
     cfg = Qwen3_5MoeTextConfig(
         **_text(token_ids(tok), **_LINEAR, **moe),

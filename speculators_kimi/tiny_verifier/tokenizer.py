@@ -1,6 +1,9 @@
 """The tiny verifiers' tokenizer: whitespace word level, with a chat template.
 
-One tokenizer for every family, so their datasets and special-token ids agree.
+One tokenizer for every family, so their datasets and special-token ids agree;
+Qwen3.5's is byte-level BPE (:func:`build_byte_level_tokenizer`), because
+``transformers`` loads every ``qwen3_5`` checkpoint's tokenizer as its own BPE
+class, whatever ``tokenizer_config.json`` names.
 """
 
 from __future__ import annotations
@@ -8,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tokenizers import Tokenizer, decoders
-from tokenizers.models import WordLevel
+from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+from tokenizers.models import BPE, WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import PreTrainedTokenizerFast
 
@@ -19,6 +22,7 @@ __all__ = [
     "CHAT_TEMPLATE",
     "SPECIAL_TOKENS",
     "SPECIAL_TOKEN_ROLES",
+    "build_byte_level_tokenizer",
     "build_tokenizer",
     "token_ids",
 ]
@@ -76,6 +80,50 @@ def build_tokenizer(
         chat_template=CHAT_TEMPLATE,
         model_max_length=4096,
     )
+
+
+#: Qwen3.5's pre-tokenizer split: a letter run with the space before it, and
+#: each digit alone.
+_QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+    r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def build_byte_level_tokenizer(spec: TinyVerifierSpec) -> PreTrainedTokenizerFast:
+    """The tiny words ``w<i>`` as Qwen3.5's byte-level BPE spells them.
+
+    ``transformers`` rebuilds a ``qwen3_5`` tokenizer as ``Qwen3_5Tokenizer``
+    (byte-level BPE, its own split) from the saved vocabulary and merges, so a
+    word-level one encodes every word to nothing. Here ``" w12"`` is ``" w"``,
+    ``"1"``, ``"2"``; the special tokens keep their ids, unused entries fill the
+    vocabulary to ``spec.vocab_size``.
+    """
+    pieces = ["\u0120", "w", "\u0120w", *"0123456789"]  # \u0120: a space, byte-level
+    tokens = [*SPECIAL_TOKENS, *pieces]
+    tokens += [f"<unused{i}>" for i in range(spec.vocab_size - len(tokens))]
+    backend = Tokenizer(
+        BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[("\u0120", "w")])
+    )
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        **SPECIAL_TOKEN_ROLES,
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=4096,
+    )
+    roles = set(SPECIAL_TOKEN_ROLES.values())
+    tokenizer.add_special_tokens(
+        {"additional_special_tokens": [t for t in SPECIAL_TOKENS if t not in roles]}
+    )
+    return tokenizer
 
 
 def token_ids(tokenizer: Any) -> dict[str, int]:

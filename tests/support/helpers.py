@@ -139,7 +139,8 @@ def reordered_words(verifier: Path, out: Path) -> Path:
     spec = json.loads((out / "tokenizer.json").read_text())
     vocab = spec["model"]["vocab"]
     words = sorted((w for w in vocab if not w.startswith("<")), key=vocab.get)
-    vocab.update(zip(words, sorted((vocab[w] for w in words), reverse=True)))
+    ids = sorted((vocab[w] for w in words), reverse=True)
+    vocab.update(zip(words, ids, strict=True))
     (out / "tokenizer.json").write_text(json.dumps(spec))
     return out
 

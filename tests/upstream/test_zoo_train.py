@@ -375,3 +375,29 @@ def _check_evaluate(zoo: Member, ckpt: Path, data: Path, hybrid: bool = False) -
     # Only a hybrid's rejected tokens are taken back by re-running the accepted
     # ones (a K=3 draft after one step never has every round fully accepted).
     assert (report.rollback_forwards > 0) == hybrid, report.rollback_forwards
+
+
+def test_qwen3_5_conversations_prepare_through_its_own_tokenizer(tmp_path):
+    """transformers loads every ``qwen3_5`` tokenizer as ``Qwen3_5Tokenizer``
+    (byte-level BPE), whatever the checkpoint names: the tiny builder's word-level
+    one rendered each conversation to its special tokens alone."""
+    from datasets import load_from_disk
+    from transformers import AutoTokenizer
+
+    from speculators_kimi.tiny_verifier.dataset import (
+        _synthetic_conversations,
+        prepare_synthetic_data,
+    )
+
+    verifier = tiny.qwen3_5(tmp_path / "verifier").path
+    tokenizer = AutoTokenizer.from_pretrained(verifier)
+    assert type(tokenizer).__name__ == "Qwen3_5Tokenizer"
+    spec = tiny.TinyVerifierSpec(num_samples=4)
+    data = prepare_synthetic_data(spec, verifier, tmp_path / "data")
+    rows = load_from_disk(str(data)).with_format(None)
+    rendered = {
+        tokenizer.apply_chat_template(conversation, tokenize=False)
+        for conversation in _synthetic_conversations(spec)
+    }
+    assert {tokenizer.decode(row["input_ids"]) for row in rows} == rendered
+    assert all(sum(row["loss_mask"]) > 0 for row in rows)
