@@ -17,23 +17,43 @@ __all__ = ["check_out", "write_export"]
 
 
 def check_out(out: Path, overwrite: bool) -> None:
-    """Refuse an ``out`` that is a file, or a non-empty directory unless
-    ``overwrite`` (whose files would otherwise be mixed with the export's)."""
+    """Refuse an ``out`` that is a file, the working directory (or above it), one
+    that holds directories (an export is files only: a directory there is a
+    training run's, or a user's), or a non-empty one unless ``overwrite``
+    (whose files would otherwise be mixed with the export's)."""
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} is a file, not a directory")
+    here = Path.cwd().resolve()
+    if out.resolve() == here or out.resolve() in here.parents:
+        raise ExportError(
+            f"--out {out} holds the working directory, which the export would "
+            "replace; name a new directory (e.g. --out ./serve)"
+        )
+    if not out.is_dir():
+        return
+    held = sorted(out.iterdir())
     trained = [*out.glob("training_state.json"), *out.glob("*/training_state.json")]
     if trained:
         raise ExportError(
             f"--out {out} holds a training run ({trained[0]}); an export never "
             "replaces one, even with --overwrite: choose another directory"
         )
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        held = sorted(p.name for p in out.iterdir())
-        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+    folders = [p.name for p in held if p.is_dir()]
+    if folders:
         raise ExportError(
-            f"--out {out} is not empty ({shown}); choose a new directory, or pass "
-            "--overwrite to replace it whole"
+            f"--out {out} holds directories ({_shown(folders)}), which an export "
+            "never has (a training run's?); it is not replaced, even with "
+            "--overwrite: choose another directory"
         )
+    if held and not overwrite:
+        raise ExportError(
+            f"--out {out} is not empty ({_shown([p.name for p in held])}); choose a "
+            "new directory, or pass --overwrite to replace it whole"
+        )
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
 
 
 def _move_into_place(staging: Path, out: Path) -> None:

@@ -148,6 +148,28 @@ def test_overwrite_never_replaces_the_run_it_exports_from(
     with pytest.raises(ExportError, match="holds a training run .* even with"):
         export_draft(other, run, verifier_id=HUB_ID, overwrite=True)
     assert snapshot(tmp_path / "run") == before
+    # A whole run (its checkpoints one level down) is no export either: it was
+    # replaced by the export, checkpoints, logs and all.
+    with pytest.raises(ExportError, match=r"holds directories \(checkpoints\)"):
+        export_draft(other, tmp_path / "run", verifier_id=HUB_ID, overwrite=True)
+    assert snapshot(tmp_path / "run") == before
+
+
+def test_out_holding_the_working_directory_is_refused(
+    tiny_draft_checkpoint, tmp_path, monkeypatch
+):
+    """``--out .`` renamed the working directory aside: a traceback (``Device or
+    resource busy``) and a stray ``..old-*`` directory."""
+    here = tmp_path / "above" / "here"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    for out in (Path(), Path("..")):  # --out . and --out ..
+        with pytest.raises(ExportError, match="holds the working directory"):
+            export_draft(tiny_draft_checkpoint, out, verifier_id=HUB_ID)
+    assert list((tmp_path / "above").iterdir()) == [here]
+    assert list(here.iterdir()) == []
+    export_draft(tiny_draft_checkpoint, Path("serve"), verifier_id=HUB_ID)
+    assert (here / "serve" / "model.safetensors").is_file()
 
 
 def _damage(checkpoint: Path, how: str) -> None:
