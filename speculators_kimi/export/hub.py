@@ -50,6 +50,16 @@ def hub_id_of(verifier: str | None) -> str | None:
     return None
 
 
+def _is_local_copy(recorded: str | None, local: str | None) -> bool:
+    """Whether ``recorded`` is the relative path training was given for the
+    ``local`` verifier (``demo/verifier`` for ``/runs/demo/verifier``), which
+    reads as ``ORG/NAME`` wherever it does not exist."""
+    if not recorded or not local or recorded == local or Path(recorded).is_absolute():
+        return False
+    tail = Path(recorded).parts
+    return Path(local).expanduser().resolve().parts[-len(tail) :] == tail
+
+
 def serving_verifier_id(
     *, verifier_id: str | None, recorded: str | None, local: str | None
 ) -> str:
@@ -58,6 +68,8 @@ def serving_verifier_id(
 
     :raises ExportError: none is found, or the one given is not a Hub id.
     """
+    if _is_local_copy(recorded, local):
+        recorded = None  # a relative path, named from another directory
     hub_id = verifier_id or hub_id_of(recorded) or hub_id_of(local)
     if hub_id is None:
         raise ExportError(

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import BIN, SUPPORT, run, snapshot
+from helpers import BIN, SUPPORT, edited_copy, run, snapshot
 from safetensors.torch import load_file
 from speculators.models.eagle3.model_definitions import MLA_FIELDS
 
@@ -247,6 +247,29 @@ def test_verifier_hub_id_from_its_origin(tmp_path):
     (local / "config.json").write_text(json.dumps({"_name_or_path": str(local)}))
     assert hub_id_of(str(local)) is None
     assert hub_id_of("org/model") == "org/model"
+
+
+def test_a_relative_verifier_path_is_no_hub_id_from_elsewhere(
+    tiny_draft_checkpoint, tmp_path, monkeypatch
+):
+    """A draft trained with ``--verifier-name-or-path demo/verifier``, exported
+    from another directory with ``--verifier`` naming that copy: the record read
+    as the Hub id ``demo/verifier``, and ``vllm serve demo/verifier`` was printed."""
+    local = tmp_path / "demo" / "verifier"
+    shutil.copytree(tmp_path / "verifier", local)
+    draft = edited_copy(tiny_draft_checkpoint, tmp_path / "draft")
+    config = json.loads((draft / "config.json").read_text())
+    config["speculators_config"]["verifier"]["name_or_path"] = "demo/verifier"
+    (draft / "config.json").write_text(json.dumps(config))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(ExportError, match="pass --verifier-id ORG/NAME"):
+        export_draft(draft, tmp_path / "out", verifier=str(local))
+    # From where the relative path resolves it was never taken for an id.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ExportError, match="pass --verifier-id ORG/NAME"):
+        export_draft(draft, tmp_path / "out")
 
 
 def _vllm_check(
