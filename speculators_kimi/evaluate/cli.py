@@ -231,6 +231,7 @@ def _each_epoch(
 ) -> tuple[dict[str, Any], str]:
     """Every epoch's checkpoint measured: the table and its text."""
     from .epochs import epoch_table
+    from .profile import draft_digest
 
     #: by the resolved path, as the table names each checkpoint
     reports: dict[str, EvaluationReport] = {}
@@ -242,8 +243,9 @@ def _each_epoch(
 
     table = epoch_table(o.draft, measure)
     if o.profile:
-        picked = reports[table["best"]["checkpoint"]]
-        save_json_report(picked.profile(_dataset(o)), o.profile, show=False)
+        best = table["best"]["checkpoint"]
+        profile = reports[best].profile(_dataset(o), draft_digest(Path(best)))
+        save_json_report(profile, o.profile, show=False)
     return table, format_epoch_table(table)
 
 
@@ -254,6 +256,7 @@ def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
 
     from .algorithms import check_decodable
     from .context import draft_lengths, length_warnings
+    from .profile import draft_digest
     from .session import embedding_warning, load_session
 
     check_model_source(o.verifier, "--verifier")
@@ -284,7 +287,8 @@ def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
         return _each_epoch(session, prompts, o)
     result = _decode(session, prompts, o)
     if o.profile:
-        save_json_report(result.profile(_dataset(o)), o.profile, show=False)
+        profile = result.profile(_dataset(o), draft_digest(checkpoint))
+        save_json_report(profile, o.profile, show=False)
     report = {
         "draft": str(checkpoint),
         "verifier": str(o.verifier),

@@ -26,8 +26,10 @@ in under that name, as ``speculators-kimi export --profile`` does).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "build_profile",
     "check_profile",
     "conditional_rates",
+    "draft_digest",
     "marginal_rates",
 ]
 
@@ -95,6 +98,16 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), DECIMALS) if values else None
 
 
+def draft_digest(checkpoint: Path) -> str:
+    """The sha256 of a checkpoint's ``model.safetensors``: which draft a profile
+    measured, wherever the checkpoint is later found (export compares it)."""
+    digest = hashlib.sha256()
+    with (Path(checkpoint) / "model.safetensors").open("rb") as weights:
+        while chunk := weights.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def build_profile(
     records: Sequence[RequestRecord],
     num_speculative_tokens: int,
@@ -102,10 +115,12 @@ def build_profile(
     dataset: str | None = None,
     *,
     method: str,
+    draft: str | None = None,
 ) -> dict[str, Any]:
     """The profile of ``records``, decoded with a ``method`` draft (its
-    ``speculators_model_type``: eagle3, dflash, dflash2, dspark): counts, both
-    rates, the mean acceptance length and the rows behind them.
+    ``speculators_model_type``: eagle3, dflash, dflash2, dspark) whose weights'
+    :func:`draft_digest` is ``draft``: counts, both rates, the mean acceptance
+    length and the rows behind them.
 
     ``mean_accept_length`` is per step (``1 + sum(marginal)``);
     ``mean_accept_length_per_request`` the mean of each request's own;
@@ -135,6 +150,7 @@ def build_profile(
             "dataset": dataset,
             "osl": sampling.get("max_new_tokens"),
             "num_samples": len(records),
+            "draft_weights_sha256": draft,
         },
         "num_drafts": len(steps),
         "num_draft_tokens": len(steps) * k,
@@ -159,9 +175,14 @@ def check_profile(profile: Mapping[str, Any]) -> None:
     """
     k = profile["num_speculative_tokens"]
     records = [RequestRecord(**row) for row in profile["requests"]]
-    dataset = profile["measurement_conditions"]["dataset"]
+    conditions = profile["measurement_conditions"]
     again = build_profile(
-        records, k, profile["sampling"], dataset, method=profile["method"]
+        records,
+        k,
+        profile["sampling"],
+        conditions["dataset"],
+        method=profile["method"],
+        draft=conditions.get("draft_weights_sha256"),
     )
     for key, value in again.items():
         if profile.get(key) != value:

@@ -75,9 +75,12 @@ class EvaluationReport:
         del report["records"]
         return report
 
-    def profile(self, dataset: str | None = None) -> dict[str, Any]:
+    def profile(
+        self, dataset: str | None = None, draft: str | None = None
+    ) -> dict[str, Any]:
         """The per-position profile of this run, with its per-request rows
-        (``dataset``: where the prompts came from)."""
+        (``dataset``: where the prompts came from; ``draft``: the measured
+        checkpoint's :func:`~.profile.draft_digest`)."""
         sampling = {
             "temperature": self.temperature,
             "seed": self.seed,
@@ -89,6 +92,7 @@ class EvaluationReport:
             sampling,
             dataset,
             method=self.method,
+            draft=draft,
         )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluate.epochs import table_choice
-from ..evaluate.profile import check_profile
+from ..evaluate.profile import check_profile, draft_digest
 from ..served import SERVE_METHOD
 from .block import BlockCausality, block_serving_config, refuse_unservable
 from .errors import ExportError
@@ -93,9 +93,9 @@ def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str
     return config
 
 
-def _check_profile(path: Path, algorithm: str, k: int) -> None:
+def _check_profile(path: Path, algorithm: str, k: int, checkpoint: Path) -> None:
     """``path`` holds a profile whose figures follow from its rows, measured on
-    a draft of this ``algorithm`` at the ``k`` the export serves."""
+    this ``checkpoint`` (when it records which) at the ``k`` the export serves."""
     if not path.is_file():
         raise ExportError(f"--profile {path}: no such file")
     try:
@@ -113,6 +113,13 @@ def _check_profile(path: Path, algorithm: str, k: int) -> None:
             f"num_speculative_tokens {measured[1]}; this export serves {algorithm} "
             f"at {k}. Measure this checkpoint: speculators-kimi evaluate --draft "
             f"CKPT --verifier V --data D -k {k} --profile {path}"
+        )
+    measured_draft = profile["measurement_conditions"].get("draft_weights_sha256")
+    if measured_draft is not None and measured_draft != draft_digest(checkpoint):
+        raise ExportError(
+            f"--profile {path}: measured on another draft than {checkpoint} (its "
+            "weights differ); measure this one: speculators-kimi evaluate --draft "
+            f"{checkpoint} --verifier V --data D -k {k} --profile {path}"
         )
 
 
@@ -153,13 +160,19 @@ def export_draft(
     from safetensors.torch import load_file
 
     checkpoint, out = Path(checkpoint), Path(out)
+    if verifier is not None and not Path(verifier).expanduser().is_dir():
+        # it only decides which tensors ship: passed over, it was silently ignored
+        raise ExportError(
+            f"--verifier {verifier}: no such directory (a local copy of the "
+            "verifier, to compare the draft's embedding with)"
+        )
     checkpoint = table_choice(checkpoint) or checkpoint
     config = _checkpoint_config(checkpoint, out, overwrite)
     algorithm = config["speculators_model_type"]
     methods = config["speculators_config"]["proposal_methods"]
     k = int(methods[0]["speculative_tokens"])
     if profile is not None:
-        _check_profile(Path(profile), algorithm, k)
+        _check_profile(Path(profile), algorithm, k, checkpoint)
     recorded = config["speculators_config"]["verifier"].get("name_or_path")
     local = verifier or recorded
     hub_id = serving_verifier_id(

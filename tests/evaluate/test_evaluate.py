@@ -445,6 +445,7 @@ def test_profile_context_buckets_and_the_epoch_to_ship(trained_demo, tmp_path, c
         check_profile,
         draft_lengths,
     )
+    from speculators_kimi.evaluate.profile import draft_digest
     from speculators_kimi.export.draft import PROFILE_NAME
 
     verifier_dir, data, ckpt = _paths(trained_demo)
@@ -502,9 +503,9 @@ def test_profile_context_buckets_and_the_epoch_to_ship(trained_demo, tmp_path, c
         b["mean_acceptance_length"] for b in near
     ), (near, far)
 
-    table_file = tmp_path / "table.json"
-    assert _evaluate(["--draft", str(run_dir), *common, "--each-epoch",
-                      "--json", str(table_file)]) == 0  # fmt: skip
+    table_file, picked = tmp_path / "table.json", tmp_path / "picked.json"
+    each_epoch = ["--each-epoch", "--json", str(table_file), "--profile", str(picked)]
+    assert _evaluate(["--draft", str(run_dir), *common, *each_epoch]) == 0
     table = json.loads(table_file.read_text())
     rows = {row["epoch"]: row for row in table["epochs"]}
     assert sorted(rows) == epochs
@@ -517,10 +518,20 @@ def test_profile_context_buckets_and_the_epoch_to_ship(trained_demo, tmp_path, c
 
     out_dir = tmp_path / "export"
     code = cli.main(["export", str(table_file), "--out", str(out_dir),
-                     "--verifier-id", "org/v", "--profile", str(profile)])  # fmt: skip
+                     "--verifier-id", "org/v", "--profile", str(picked)])  # fmt: skip
     assert code == 0 and f"the pick of {table_file}" in capsys.readouterr().out
-    assert json.loads((out_dir / PROFILE_NAME).read_text()) == written
+    shipped = json.loads((out_dir / PROFILE_NAME).read_text())
+    assert shipped == json.loads(picked.read_text())
+    measured = shipped["measurement_conditions"]["draft_weights_sha256"]
+    assert measured == draft_digest(Path(best["checkpoint"]))
     assert written["method"] == "eagle3"
+    # The last epoch's profile does not describe the first epoch's draft (the
+    # same method and K): it was shipped with it.
+    exporting = ["export", str(first), "--out", str(tmp_path / "first")]
+    assert (
+        cli.main([*exporting, "--verifier-id", "org/v", "--profile", str(profile)]) == 1
+    )
+    assert "measured on another draft than" in capsys.readouterr().err
     # A profile of another draft, or of another K, does not describe the export.
     k = written["num_speculative_tokens"]
     records = [RequestRecord(**row) for row in written["requests"]]

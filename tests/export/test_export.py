@@ -249,6 +249,12 @@ def test_verifier_hub_id_from_its_origin(tmp_path):
     assert hub_id_of("org/model") == "org/model"
 
 
+def test_a_verifier_that_is_not_there_is_refused(tiny_draft_checkpoint, tmp_path):
+    with pytest.raises(ExportError, match="--verifier nope: no such directory"):
+        export_draft(tiny_draft_checkpoint, tmp_path / "out", verifier="nope")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_relative_verifier_path_is_no_hub_id_from_elsewhere(
     tiny_draft_checkpoint, tmp_path, monkeypatch
 ):
