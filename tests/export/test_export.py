@@ -249,6 +249,22 @@ def test_verifier_hub_id_from_its_origin(tmp_path):
     assert hub_id_of("org/model") == "org/model"
 
 
+def test_an_export_loads_as_the_draft_it_came_from(tiny_draft_checkpoint, tmp_path):
+    """An export drops t2d (vLLM reads d2t alone): `evaluate --draft EXPORT` read
+    the verifier head rows through uninitialized memory (a shape error naming
+    another count each run). Unit 0007 sets t2d from d2t."""
+    from speculators_kimi.evaluate.session import load_draft
+
+    out = tmp_path / "serve"
+    export_draft(tiny_draft_checkpoint, out, verifier_id=HUB_ID)
+    verifier = tmp_path / "verifier"
+    trained = load_draft(tiny_draft_checkpoint, verifier=verifier).state_dict()
+    exported = load_draft(out, verifier=verifier).state_dict()
+    assert trained.keys() == exported.keys()
+    for name, tensor in trained.items():
+        assert torch.equal(exported[name], tensor), name
+
+
 def test_a_verifier_that_is_not_there_is_refused(tiny_draft_checkpoint, tmp_path):
     with pytest.raises(ExportError, match="--verifier nope: no such directory"):
         export_draft(tiny_draft_checkpoint, tmp_path / "out", verifier="nope")
