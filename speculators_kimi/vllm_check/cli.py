@@ -52,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--num-speculative-tokens",
         type=positive_int,
-        default=3,
-        help="for an MLA export: the speculative config's num_speculative_tokens",
+        default=None,
+        help="for an MLA export: the speculative config's num_speculative_tokens "
+        "(EAGLE-3: default 3; DSpark: default its block size, as vLLM does)",
     )
     add_json_argument(parser)
 

@@ -120,11 +120,14 @@ def _configs(request: CheckRequest, target_dir: str):  # type: ignore[no-untyped
     )
 
     target = ModelConfig(model=target_dir, dtype="float32")
+    # Unset, vLLM serves the block size; set, the flag's count.
+    k = request.num_speculative_tokens
     spec = SpeculativeConfig(
         model=request.export,
         method="dspark",
         target_model_config=target,
         target_parallel_config=ParallelConfig(),
+        **({} if k is None else {"num_speculative_tokens": k}),
     )
     config = cpu_vllm_config(target, spec)
     torch.set_default_dtype(torch.float32)
@@ -226,6 +229,7 @@ def check_k3_dspark(request: CheckRequest, exported: dict[str, Any]) -> dict:
         report["serve"] = {
             "method": spec.method,
             "num_speculative_tokens": spec.num_speculative_tokens,
+            "block_size": getattr(hf, "block_size", None),
             "use_mla": bool(spec.draft_model_config.use_mla),
         }
         ours = _load_ours(request)

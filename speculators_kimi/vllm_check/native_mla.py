@@ -60,6 +60,10 @@ def _text_target(verifier: str, scratch: Path) -> tuple[str, str | None]:
     return str(scratch), why
 
 
+#: ``--num-speculative-tokens`` of an MLA EAGLE-3 check when none is given.
+EAGLE3_DEFAULT_TOKENS = 3
+
+
 def _speculative_config(target, draft_dir: str, k: int):  # type: ignore[no-untyped-def]
     from vllm.config import ParallelConfig, SpeculativeConfig
 
@@ -135,7 +139,7 @@ def check_native_mla(request: CheckRequest, exported: dict) -> dict:
         target_dir, stand_in = _text_target(request.verifier, scratch / "target")
         report["target_config"] = stand_in or request.verifier
         target = ModelConfig(model=target_dir, dtype="float32")
-        k = int(request.num_speculative_tokens)
+        k = request.num_speculative_tokens or EAGLE3_DEFAULT_TOKENS
         # What `vllm serve VERIFIER --speculative-config {"model": EXPORT,
         # "method": "eagle3", ...}` builds for the draft.
         spec = _speculative_config(target, request.export, k)

@@ -13,7 +13,8 @@ class CheckRequest:
 
     :param synthetic_aux_states: feed both drafts aux states drawn at the
         verifier's width instead of running its decoder (a real-size verifier).
-    :param num_speculative_tokens: an MLA export's speculative config's.
+    :param num_speculative_tokens: an MLA export's speculative config's (``None``:
+        3 for EAGLE-3, the block size for DSpark, as vLLM resolves it).
     """
 
     export: str
@@ -21,4 +22,4 @@ class CheckRequest:
     verifier: str
     tokens: int = 24
     synthetic_aux_states: bool = False
-    num_speculative_tokens: int = 3
+    num_speculative_tokens: int | None = None

@@ -35,6 +35,14 @@ def problems(report: dict[str, Any]) -> list[str]:
             f"vLLM reads the verifier's layers {aux['vllm']}, the draft was trained "
             f"on {aux['trained']}"
         )
+    serve = report.get("serve") or {}
+    k, block = serve.get("num_speculative_tokens"), serve.get("block_size")
+    if k is not None and block is not None and k > block:
+        found.append(
+            f"vLLM would draft {k} tokens per step, past the block of {block} the "
+            f"draft was trained on (positions {block + 1}-{k} never were); serve it "
+            f"with num_speculative_tokens {block} or fewer"
+        )
     step = report.get("one_step") or {}
     diff = step.get("max_rel_logit_diff")
     if diff is not None and not (diff <= MAX_REL_LOGIT_DIFF):  # NaN fails too

@@ -120,7 +120,8 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
     the draft was trained on, and one block step's logits (Markov bias
     included) and confidences equal upstream's training forward, with default
     rope and with Kimi-K2.5's YaRN past its original length. The same export
-    with ``target_layer_ids`` not shifted by one is caught."""
+    with ``target_layer_ids`` not shifted by one, and served past its block, is
+    caught."""
     from speculators_kimi.vllm_check.env import default_env, ensure_env
     from speculators_kimi.vllm_check.request import CheckRequest
 
@@ -143,9 +144,13 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
         transformer_layer_config={**layer, "rope_parameters": yarn},
     )
     export_draft(yarn_ckpt, tmp_path / "yarn", verifier_id=HUB_ID)
+    ckpt, verifier = str(mla["dspark"]), str(mla["verifier"])
     requests = [
-        CheckRequest(str(d), str(mla["dspark"]), str(mla["verifier"]), tokens=12)
-        for d in (tmp_path / "out", shifted)
+        CheckRequest(str(tmp_path / "out"), ckpt, verifier, tokens=12),
+        # and served past the trained block (the flag was ignored)
+        CheckRequest(
+            str(shifted), ckpt, verifier, tokens=12, num_speculative_tokens=BLOCK + 1
+        ),
     ]
     requests.append(
         CheckRequest(
@@ -165,7 +170,8 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
     assert report["parameters_not_loaded"] == []
     assert report["serve"] == {
         "method": "dspark",
-        "num_speculative_tokens": BLOCK,
+        "num_speculative_tokens": BLOCK,  # vLLM's default: the block size
+        "block_size": BLOCK,
         "use_mla": True,
     }
     text = json.loads((mla["verifier"] / "config.json").read_text())["text_config"]
@@ -180,6 +186,8 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
     assert problems(report) == []  # vllm-check exits 0
     assert wrong["aux_layers"]["vllm"] != wrong["aux_layers"]["trained"]
     assert any("the verifier's layers" in line for line in problems(wrong))
+    assert wrong["serve"]["num_speculative_tokens"] == BLOCK + 1
+    assert any(f"past the block of {BLOCK}" in line for line in problems(wrong))
     assert yarned["parsed"]["rope_parameters"]["rope_type"] == "yarn"
     assert yarned["parameters_not_loaded"] == []
     assert yarned["one_step"]["max_rel_logit_diff"] < 1e-5, yarned["one_step"]
