@@ -7,7 +7,16 @@ reason, from here.
 
 from __future__ import annotations
 
-__all__ = ["BLOCK_ALGORITHMS", "SERVED", "SERVE_METHOD", "unserved_reason"]
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "BLOCK_ALGORITHMS",
+    "SERVED",
+    "SERVE_METHOD",
+    "served_tokens",
+    "unserved_reason",
+]
 
 #: The block drafters, and the vLLM ``method`` each is served under (vLLM's
 #: ``build_vllm_speculative_config`` maps dflash2 to dflash).
@@ -29,6 +38,14 @@ _NOT_SERVED = {
     "mtp": "an MTP draft is decoded by the verifier's own MTP layer in vLLM, "
     "not by a speculators draft",
 }
+
+
+def served_tokens(config: Mapping[str, Any]) -> int:
+    """The tokens per step a draft is served with: its proposal method's
+    ``speculative_tokens`` (EAGLE-3's chain; a block drafter's block), which
+    ``export`` writes into the serving config and ``evaluate`` decodes with."""
+    methods = config["speculators_config"]["proposal_methods"]
+    return int(methods[0]["speculative_tokens"])
 
 
 def unserved_reason(algorithm: object) -> str | None:

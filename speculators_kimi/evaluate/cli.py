@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-k",
         type=positive_int,
         default=d.num_speculative_tokens,
+        help="tokens proposed per step (default: what `export` serves the draft "
+        "with: its speculative_tokens, a block drafter's block)",
     )
     parser.add_argument("--max-new-tokens", type=positive_int, default=d.max_new_tokens)
     parser.add_argument(
@@ -254,6 +257,7 @@ def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
     from speculators.utils.cli_errors import check_model_source
     from speculators.utils.text_config import load_config_dict
 
+    from ..served import served_tokens
     from .algorithms import check_decodable
     from .context import draft_lengths, length_warnings
     from .profile import draft_digest
@@ -261,8 +265,11 @@ def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
 
     check_model_source(o.verifier, "--verifier")
     checkpoint = draft_checkpoint(o.draft)
+    config = load_config_dict(checkpoint)
+    if o.num_speculative_tokens is None:  # as the export serves it
+        o = replace(o, num_speculative_tokens=served_tokens(config))
     # before the warnings below and any tensor: a draft that cannot be decoded
-    check_decodable(checkpoint, load_config_dict(checkpoint), o.num_speculative_tokens)
+    check_decodable(checkpoint, config, o.num_speculative_tokens)
     prompts = _prompts(o, checkpoint)
     warnings = length_warnings(
         [len(p.token_ids) for p in prompts],

@@ -21,7 +21,9 @@ class EvaluationOptions:
     #: a JSONL of conversations.
     data: str | None = None
     prompts: str | None = None
-    num_speculative_tokens: int = 3
+    #: ``None``: what the draft is served with (:func:`~speculators_kimi.served.
+    #: served_tokens`: EAGLE-3's chain, a block drafter's block), as ``export``
+    num_speculative_tokens: int | None = None
     max_new_tokens: int = 64
     temperature: float = 0.0
     num_prompts: int | None = None

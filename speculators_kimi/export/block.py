@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..served import unserved_reason
+from ..served import served_tokens, unserved_reason
 from .errors import ExportError
 
 __all__ = [
@@ -149,9 +149,7 @@ def _check_dflash(config: dict[str, Any], algorithm: str) -> None:
             "the anchor is the bonus token.' Retrain without --sample-from-anchor"
         )
     if algorithm == "dflash2":
-        k = int(
-            config["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
-        )
+        k = served_tokens(config)
         if k + 1 != int(config["block_size"]):
             raise ExportError(
                 f"speculative_tokens {k} with block_size {config['block_size']}: "

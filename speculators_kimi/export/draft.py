@@ -10,7 +10,7 @@ from typing import Any
 
 from ..evaluate.epochs import table_choice
 from ..evaluate.profile import check_profile, draft_digest
-from ..served import SERVE_METHOD
+from ..served import SERVE_METHOD, served_tokens
 from .block import BlockCausality, block_serving_config, refuse_unservable
 from .errors import ExportError
 from .hub import serving_verifier_id
@@ -169,8 +169,7 @@ def export_draft(
     checkpoint = table_choice(checkpoint) or checkpoint
     config = _checkpoint_config(checkpoint, out, overwrite)
     algorithm = config["speculators_model_type"]
-    methods = config["speculators_config"]["proposal_methods"]
-    k = int(methods[0]["speculative_tokens"])
+    k = served_tokens(config)
     if profile is not None:
         _check_profile(Path(profile), algorithm, k, checkpoint)
     recorded = config["speculators_config"]["verifier"].get("name_or_path")

@@ -32,6 +32,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..served import served_tokens
 from .draft import (
     aux_source,
     build_draft,
@@ -135,7 +136,7 @@ def _build(hf_config, request: CheckRequest, target_layers: int, target_vocab: i
     """vLLM's draft class for the parsed config, built as its loader builds it
     (the registry's resolution, its ``VllmConfig`` with the draft's config)."""
     spec = json.loads((Path(request.export) / "config.json").read_text())
-    k = int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
+    k = served_tokens(spec)
     draft, arch, config = build_draft(
         hf_config,
         target_layers,

@@ -9,6 +9,7 @@ trainable weights and the verifier's exact embedding and head."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +304,23 @@ def test_aux_layer_id_of_the_depth_is_the_last_layers_output(tmp_path, aux, fits
     else:
         with pytest.raises(DraftMismatchError, match=r"aux layers \[1, 2, 5\]"):
             check_draft_fits(draft, verifier)
+
+
+def test_the_default_k_is_what_export_serves(drafts, kimi, tmp_path, capsys):
+    """``-k`` defaulted to 3 for every draft, but a block drafter is served with
+    its block (``export``'s num_speculative_tokens): ``evaluate --profile`` then
+    ``export --profile`` was refused for measuring another K."""
+    from speculators_kimi import cli
+    from speculators_kimi.served import served_tokens
+
+    checkpoint = tmp_path / "dspark"
+    drafts["dspark"].save_pretrained(checkpoint)
+    served = served_tokens(json.loads((checkpoint / "config.json").read_text()))
+    prompts = tmp_path / "prompts.jsonl"
+    turn = {"role": "user", "content": "w1 w2 w3"}
+    prompts.write_text(json.dumps({"conversations": [turn]}) + "\n")
+    report = tmp_path / "al.json"
+    argv = ["evaluate", "--draft", str(checkpoint), "--verifier", str(kimi)]
+    argv += ["--prompts", str(prompts), "--max-new-tokens", "4", "--json", str(report)]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert json.loads(report.read_text())["num_speculative_tokens"] == served != 3
