@@ -73,7 +73,9 @@ def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
     """Where the verifier runs: ``--device``, or ``--device-map`` /
     ``--max-memory`` / ``--offload-folder`` for a verifier bigger than one
     device, through accelerate's big-model dispatch."""
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument(
+        "--device", default="auto", type=device_name, help="cpu, cuda, cuda:N or auto"
+    )
     parser.add_argument(
         "--device-map",
         default=None,
@@ -159,6 +161,29 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
     return value
+
+
+def device_name(text: str) -> str:
+    """An ``argparse`` type: ``auto``, or a device this machine has (``cuda``
+    without one failed in torch's ``AssertionError`` once the model loaded)."""
+    if text == "auto":
+        return text
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a device (cpu, cuda, cuda:N or auto)"
+        ) from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= count:
+            raise argparse.ArgumentTypeError(
+                f"{text}: this machine has {count} CUDA device(s); use "
+                + ("auto or cpu" if count == 0 else f"cuda:0 to cuda:{count - 1}")
+            )
+    return text
 
 
 def non_negative_float(text: str) -> float:

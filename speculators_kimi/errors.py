@@ -10,7 +10,9 @@ commands never catch it themselves.
 
 from __future__ import annotations
 
-__all__ = ["CommandError", "MissingInputError"]
+from pathlib import Path
+
+__all__ = ["CommandError", "MissingInputError", "local_directory"]
 
 
 class CommandError(ValueError):
@@ -19,3 +21,16 @@ class CommandError(ValueError):
 
 class MissingInputError(CommandError, FileNotFoundError):
     """A path a command needs does not exist (or is not what it must be)."""
+
+
+def local_directory(path: str | Path, flag: str, what: str) -> Path:
+    """``path`` when it is a local directory; else the error naming ``flag`` and
+    ``what`` it must hold (a name that is no path was taken for a Hub id, and
+    failed deep in a download).
+
+    :raises MissingInputError: ``path`` is no directory.
+    """
+    found = Path(path).expanduser()
+    if not found.is_dir():
+        raise MissingInputError(f"{flag} {path}: no such directory; pass {what}")
+    return found

@@ -24,7 +24,7 @@ from ..cli_args import (
     verifier_weight_kwargs,
     writable_report_path,
 )
-from ..errors import CommandError, MissingInputError
+from ..errors import CommandError, MissingInputError, local_directory
 from .options import EvaluationOptions
 from .text import format_epoch_table, format_report
 
@@ -257,6 +257,7 @@ def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
     from speculators.utils.cli_errors import check_model_source
     from speculators.utils.text_config import load_config_dict
 
+    from ..draft_weights import draft_weights
     from ..served import served_tokens
     from .algorithms import check_decodable
     from .context import draft_lengths, length_warnings
@@ -264,7 +265,9 @@ def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
     from .session import embedding_warning, load_session
 
     check_model_source(o.verifier, "--verifier")
+    local_directory(o.verifier, "--verifier", "a local copy of the verifier")
     checkpoint = draft_checkpoint(o.draft)
+    draft_weights(checkpoint, "evaluate another epoch's checkpoint, or train again")
     config = load_config_dict(checkpoint)
     if o.num_speculative_tokens is None:  # as the export serves it
         o = replace(o, num_speculative_tokens=served_tokens(config))

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import MissingInputError
+from ..errors import CommandError, MissingInputError
 
 __all__ = [
     "EPOCH_TABLE_FORMAT",
@@ -120,4 +120,10 @@ def table_choice(path: Path) -> Path | None:
         return None
     if not isinstance(table, dict) or table.get("format") != EPOCH_TABLE_FORMAT:
         return None
-    return Path(table["best"]["checkpoint"])
+    best = table.get("best")
+    if not isinstance(best, dict) or not isinstance(best.get("checkpoint"), str):
+        raise CommandError(
+            f"{path}: an epoch table without its pick (best.checkpoint); write it "
+            "again with speculators-kimi evaluate --each-epoch --json"
+        )
+    return Path(best["checkpoint"])

@@ -131,7 +131,7 @@ def check_draft_fits(checkpoint: str | Path, verifier: str | Path) -> None:
         raise DraftMismatchError(
             f"draft {checkpoint} was trained for {origin}, not for --verifier "
             f"{verifier}: " + "; ".join(problems) + ". Pass the verifier it was "
-            "trained for, or evaluate a draft trained for this one."
+            "trained for, or a draft trained for this one."
         )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..draft_weights import draft_weights
 from ..evaluate.epochs import table_choice
 from ..evaluate.profile import check_profile, draft_digest
 from ..served import SERVE_METHOD, served_tokens
@@ -86,10 +87,10 @@ def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str
             f"{config_file} has no speculators_config with proposal_methods and "
             "verifier; is it the config.json `speculators train` wrote?"
         )
-    if not (checkpoint / "model.safetensors").is_file():
-        raise ExportError(
-            f"{checkpoint}: no model.safetensors; is the checkpoint complete?"
-        )
+    draft_weights(
+        checkpoint,
+        "is the checkpoint complete? Export another epoch's, or train again",
+    )
     return config
 
 
@@ -156,7 +157,6 @@ def export_draft(
         layers' causality or head vLLM cannot express: :mod:`.block`), or an
         algorithm vLLM refuses (P-EAGLE, XPress).
     """
-    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     checkpoint, out = Path(checkpoint), Path(out)
@@ -177,14 +177,7 @@ def export_draft(
     hub_id = serving_verifier_id(
         verifier_id=verifier_id, recorded=recorded, local=local
     )
-    weights = checkpoint / "model.safetensors"
-    try:
-        tensors = load_file(str(weights))
-    except (SafetensorError, OSError) as err:
-        raise ExportError(
-            f"{weights} is torn or not a safetensors file ({err}); export another "
-            "epoch's checkpoint, or train again"
-        ) from None
+    tensors = load_file(str(checkpoint / "model.safetensors"))  # read whole above
     causality = None
     architecture = None
     if is_mla_block_draft(config):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cli_args import add_json_argument, emit_report, positive_int
-from ..errors import CommandError
+from ..errors import CommandError, local_directory
 from .env import VLLM_VERSION, VLLM_VERSIONS, default_env, ensure_env
 from .request import CheckRequest
 from .verdict import problems
@@ -112,11 +112,17 @@ def _draft_kind(config: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vllm-check`` from parsed arguments."""
+    from ..draft_weights import draft_weights
+    from ..evaluate.session import check_draft_fits
     from .size import check_decoder_fits
 
     for flag, path in (("export", args.export), ("--checkpoint", args.checkpoint)):
         if not (Path(path) / "config.json").is_file():
-            raise CommandError(f"{flag} {path}: no config.json")
+            best = Path(path) / "checkpoint_best"
+            hint = f"; a run's checkpoints: pass one, e.g. {best}"
+            raise CommandError(
+                f"{flag} {path}: no config.json{hint if best.is_dir() else ''}"
+            )
     if (Path(args.export) / "training_state.json").is_file():
         raise CommandError(
             f"export {args.export}: a training checkpoint (it holds "
@@ -134,6 +140,11 @@ def run(args: argparse.Namespace) -> int:
             f"{args.checkpoint} a {trained} one: give the checkpoint the export was "
             "written from"
         )
+    local_directory(args.verifier, "--verifier", "a local copy of the verifier")
+    for path in (args.export, args.checkpoint):
+        draft_weights(path, "export again from a whole checkpoint")
+    # another width, vocabulary or depth: one line, not the scratch env's traceback
+    check_draft_fits(args.checkpoint, args.verifier)
     if not args.synthetic_aux_states:
         check_decoder_fits(args.verifier)
     version = args.vllm_version

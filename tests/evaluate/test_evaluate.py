@@ -358,8 +358,8 @@ def test_a_draft_for_another_verifier_is_named_before_loading(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()[-2]
     assert err == (
         f"error: draft {ckpt} was trained for {a}, not for --verifier {b}: hidden "
-        "size 64 (verifier's 96). Pass the verifier it was trained for, or "
-        "evaluate a draft trained for this one."
+        "size 64 (verifier's 96). Pass the verifier it was trained for, or a "
+        "draft trained for this one."
     )
     assert evaluate(kimi) == 1
     err = capsys.readouterr().err.strip().splitlines()[-2]
@@ -392,6 +392,13 @@ def test_a_missing_draft_is_one_line_and_a_traceback_on_request(
         " point it at a checkpoint written by `speculators train`",
         "(set SPECULATORS_TRACEBACK=1 to see the traceback)",
     ]
+    # A --verifier that is no directory was taken for a Hub id: a download's
+    # OSError traceback.
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert main([*argv[:4], "nope", *argv[5:]]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: --verifier nope: no such directory; pass a local copy of the verifier"
+    )
     monkeypatch.setenv("SPECULATORS_TRACEBACK", "1")
     with pytest.raises(MissingInputError):
         main(argv)

@@ -587,3 +587,15 @@ def test_printed_serve_lines_parse_under_vllm_034(tmp_path):
             "num_speculative_tokens": k,
         }
     assert control["unknown_keys"] == ["disable_padded_drafter_batch"]
+
+
+def test_an_epoch_table_without_its_pick_is_named(tmp_path, capsys):
+    """A KeyError traceback ('best')."""
+    from speculators_kimi.cli import main
+    from speculators_kimi.evaluate.epochs import EPOCH_TABLE_FORMAT
+
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"format": EPOCH_TABLE_FORMAT, "epochs": []}))
+    assert main(["export", str(table), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert f"{table}: an epoch table without its pick (best.checkpoint)" in err

@@ -128,3 +128,74 @@ def test_a_checkpoint_of_another_kind_than_the_export_is_refused(
     err = capsys.readouterr().err
     assert f"export {export} is a {kind} draft and --checkpoint {checkpoint} a " in err
     assert f"{other} one" in err
+
+
+def test_a_verifier_or_run_that_is_no_checkpoint_is_named(tmp_path, capsys):
+    """``--verifier nope`` was taken for a Hub id and failed in a download's
+    traceback; a run's checkpoints directory was "no config.json" alone."""
+    from speculators_kimi import cli
+
+    export, run_dir = tmp_path / "export", tmp_path / "run"
+    (run_dir / "checkpoint_best").mkdir(parents=True)
+    export.mkdir()
+    (export / "config.json").write_text('{"speculators_model_type": "eagle3"}')
+    args = ["vllm-check", str(export), "--checkpoint", str(run_dir)]
+    assert cli.main([*args, "--verifier", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"--checkpoint {run_dir}: no config.json; a run's checkpoints: " in err
+    args = ["vllm-check", str(export), "--checkpoint", str(export)]
+    assert cli.main([*args, "--verifier", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "--verifier nope: no such directory; pass a local copy" in err
+    assert "Traceback" not in err
+
+
+def test_a_verifier_of_another_geometry_is_one_line(tiny_draft_checkpoint, capsys):
+    """It failed in the scratch environment's traceback (a VerifierWeightsError
+    about a tensor's shape), after building the environment."""
+    import json
+
+    from speculators_kimi import cli
+
+    other = tiny_draft_checkpoint.parent / "wide"
+    other.mkdir()
+    config = json.loads(
+        (tiny_draft_checkpoint.parent / "verifier" / "config.json").read_text()
+    )
+    (other / "config.json").write_text(json.dumps({**config, "hidden_size": 48}))
+    args = ["vllm-check", str(tiny_draft_checkpoint), "--checkpoint"]
+    assert cli.main([*args, str(tiny_draft_checkpoint), "--verifier", str(other)]) == 1
+    err = capsys.readouterr().err
+    assert f"not for --verifier {other}: hidden size 32 (verifier's 48)" in err
+
+
+@pytest.mark.parametrize("command", ["vllm-check", "evaluate"])
+def test_torn_draft_weights_are_one_line(
+    tiny_draft_checkpoint, tmp_path, capsys, command
+):
+    """A SafetensorError traceback inside the model's loader (export named it)."""
+    import shutil
+
+    from speculators_kimi import cli
+
+    torn = shutil.copytree(tiny_draft_checkpoint, tmp_path / "torn")
+    weights = torn / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
+    verifier = str(tiny_draft_checkpoint.parent / "verifier")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"conversations": [{"role": "user", "content": "w1"}]}\n')
+    argv = {
+        "vllm-check": [str(torn), "--checkpoint", str(torn), "--verifier", verifier],
+        "evaluate": [
+            "--draft",
+            str(torn),
+            "--verifier",
+            verifier,
+            "--prompts",
+            str(prompts),
+        ],
+    }[command]
+    assert cli.main([command, *argv]) == 1
+    err = capsys.readouterr().err
+    assert f"{weights} is torn or not a safetensors file" in err
+    assert "Traceback" not in err
