@@ -38,7 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "export": (
         "speculators_kimi.export.cli",
-        "write a trained EAGLE-3 checkpoint as a directory vLLM serves as is",
+        "write a trained EAGLE-3, DFlash, DFlash2 or DSpark checkpoint as a directory "
+        "vLLM serves as is",
     ),
     "vllm-check": (
         "speculators_kimi.vllm_check.cli",

@@ -177,6 +177,9 @@ def _prompts(o: EvaluationOptions, checkpoint: Path) -> list[Prompt]:
     from .run_record import data_arg, run_config
 
     if o.data:
+        local_directory(
+            o.data, "--data", "the directory `speculators prepare-data` wrote"
+        )
         check_data_tokenizer(o.data, o.verifier, trust_remote_code=o.trust_remote_code)
         ratio = o.train_data_ratio
         if ratio is None:

@@ -60,6 +60,11 @@ def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str
     (EAGLE-3, DFlash, DFlash2, DSpark) and ``out`` is a place the export may be
     written to."""
     config_file = checkpoint / "config.json"
+    if checkpoint.is_file():
+        raise ExportError(
+            f"{checkpoint} is a file: neither a checkpoint directory nor the epoch "
+            "table of `speculators-kimi evaluate --each-epoch --json`"
+        )
     if not config_file.is_file():
         best = checkpoint / "checkpoint_best"
         if (best / "config.json").is_file():

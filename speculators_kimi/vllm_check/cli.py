@@ -40,7 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the scratch environment (default: one under ~/.cache/speculators-kimi "
         "for this vLLM version and this environment)",
     )
-    parser.add_argument("--tokens", type=positive_int, default=24)
+    parser.add_argument(
+        "--tokens",
+        type=positive_int,
+        default=24,
+        help="context tokens before the step both drafts take",
+    )
     parser.add_argument(
         "--synthetic-aux-states",
         action="store_true",
@@ -136,9 +141,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if exported != trained:
         raise CommandError(
-            f"export {args.export} is a {exported} draft and --checkpoint "
-            f"{args.checkpoint} a {trained} one: give the checkpoint the export was "
-            "written from"
+            f"export {args.export} is a draft of kind {exported} and --checkpoint "
+            f"{args.checkpoint} one of kind {trained}: give the checkpoint the export "
+            "was written from"
         )
     local_directory(args.verifier, "--verifier", "a local copy of the verifier")
     for path in (args.export, args.checkpoint):

@@ -51,11 +51,11 @@ def problems(report: dict[str, Any]) -> list[str]:
             f"(relative; at most {MAX_REL_LOGIT_DIFF:g} passes)"
         )
     for key, what in (
-        ("same_argmax", "the most likely token differs"),
-        ("same_masked_tokens", "a different set of tokens is masked out"),
+        ("same_argmax", "picks another most likely token"),
+        ("same_masked_tokens", "masks out another set of tokens"),
     ):
         if step.get(key) is False:
-            found.append(f"one step's {what} between vLLM and the trained draft")
+            found.append(f"in one step, vLLM's draft {what} than the trained draft")
     confidence = step.get("max_abs_confidence_diff")
     if confidence is not None and not (
         confidence <= MAX_ABS_CONFIDENCE_DIFF and math.isfinite(confidence)

@@ -599,3 +599,6 @@ def test_an_epoch_table_without_its_pick_is_named(tmp_path, capsys):
     assert main(["export", str(table), "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
     assert f"{table}: an epoch table without its pick (best.checkpoint)" in err
+    table.write_text("{}")  # another JSON file: evaluate's report, say
+    assert main(["export", str(table), "--out", str(tmp_path / "o")]) == 1
+    assert f"{table} is a file: neither a checkpoint" in capsys.readouterr().err

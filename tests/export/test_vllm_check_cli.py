@@ -54,8 +54,11 @@ def changed(path: str, value: object) -> dict[str, Any]:
         (changed("aux_layers.vllm", [0, 1, 2]), "layers [0, 1, 2]"),
         (changed("one_step.max_rel_logit_diff", 0.19), "draft's by 0.19"),
         (changed("one_step.max_rel_logit_diff", float("nan")), "by nan"),
-        (changed("one_step.same_argmax", False), "most likely token differs"),
-        (changed("one_step.same_masked_tokens", False), "set of tokens is masked"),
+        (changed("one_step.same_argmax", False), "picks another most likely token"),
+        (
+            changed("one_step.same_masked_tokens", False),
+            "masks out another set of tokens",
+        ),
         (changed("one_step.max_abs_confidence_diff", 0.2), "confidence head"),
     ],
 )
@@ -126,8 +129,8 @@ def test_a_checkpoint_of_another_kind_than_the_export_is_refused(
     args = ["vllm-check", str(export), "--checkpoint", str(checkpoint)]
     assert cli.main([*args, "--verifier", str(tmp_path / "v")]) == 1
     err = capsys.readouterr().err
-    assert f"export {export} is a {kind} draft and --checkpoint {checkpoint} a " in err
-    assert f"{other} one" in err
+    assert f"export {export} is a draft of kind {kind} and --checkpoint " in err
+    assert f"{checkpoint} one of kind {other}" in err
 
 
 def test_a_verifier_or_run_that_is_no_checkpoint_is_named(tmp_path, capsys):
