@@ -182,7 +182,7 @@ def export_draft(
     hub_id = serving_verifier_id(
         verifier_id=verifier_id, recorded=recorded, local=local
     )
-    tensors = load_file(str(checkpoint / "model.safetensors"))  # read whole above
+    tensors = load_file(str(checkpoint / "model.safetensors"))  # checked above
     causality = None
     architecture = None
     if is_mla_block_draft(config):
