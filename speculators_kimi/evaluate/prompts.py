@@ -41,7 +41,7 @@ def _split_rows(
     from datasets import load_from_disk
     from speculators.train.data_checks import check_prepared_dataset
 
-    check_prepared_dataset(data_path)
+    check_prepared_dataset(data_path, flag="--data")
     dataset = load_from_disk(str(data_path)).with_format(None)
     n = len(dataset)
     start = int(n * train_data_ratio) if split == "val" else 0

@@ -306,6 +306,21 @@ def test_data_of_another_tokenizer_is_refused_before_loading(
     assert "Traceback" not in err
 
 
+def test_data_that_is_not_a_prepared_dataset_names_evaluates_flag(
+    trained_demo, tmp_path, capsys
+):
+    """The shared dataset check names the flag of the command that called it."""
+    verifier_dir, _, ckpt = _paths(trained_demo)
+    (tmp_path / "rows").mkdir()
+    argv = ["evaluate", "--draft", str(ckpt), "--verifier", str(verifier_dir)]
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*argv, "--data", str(tmp_path / "rows")])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert f"--data {tmp_path / 'rows'} is not a prepared dataset" in err
+    assert "--data-path" not in err
+
+
 def test_max_memory_parsing():
     assert parse_max_memory("0=70GiB, 1=70GiB,cpu=200GiB") == {
         0: "70GiB",
