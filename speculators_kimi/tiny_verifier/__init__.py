@@ -23,8 +23,8 @@ The package sits below the commands (``datagen``, ``evaluate``, ``doctor``,
 speculators_kimi.tiny_verifier OUT_DIR`` builds the tiny Llama and its dataset
 under ``OUT_DIR`` and prints the ``speculators train`` command to run on them.
 
-The patch units' own test helpers (under ``upstream_patches/*/files/tests``) do
-not use this package: they go upstream and must stand alone.
+The patch units' own test helpers (``tests/unit/mock`` in the units) do not use
+this package: they go upstream and must stand alone.
 """
 
 from __future__ import annotations
