@@ -14,10 +14,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import urllib.parse
 import warnings
 from base64 import urlsafe_b64encode
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.request import url2pathname
 
 DIST_NAME = "speculators-kimi"
 UPSTREAM_DIST = "speculators"
@@ -90,7 +92,8 @@ def install_source(dist: importlib.metadata.Distribution) -> str:
         url, editable = record["url"], record.get("dir_info", {}).get("editable")
     except (ValueError, KeyError, TypeError, AttributeError):
         return DIST_NAME
-    source = url.removeprefix("file://")
+    parsed = urllib.parse.urlparse(url)
+    source = url2pathname(parsed.path) if parsed.scheme == "file" else url
     return f"-e {source}" if editable else source
 
 

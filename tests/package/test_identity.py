@@ -116,7 +116,7 @@ def test_our_speculators_files_replaced_or_deleted_are_named(tmp_path):
         "\n".join(_record_line(n, d) for n, d in ours.items())
         + "\nspeculators_kimi-0.1.0.dist-info/RECORD,,\n"
     )
-    wheel = tmp_path / "speculators_kimi-0.1.0-py3-none-any.whl"
+    wheel = tmp_path / "a dir" / "speculators_kimi-0.1.0-py3-none-any.whl"
     (info / "direct_url.json").write_text(
         json.dumps({"url": wheel.as_uri(), "archive_info": {}})
     )
