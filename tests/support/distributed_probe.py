@@ -7,12 +7,15 @@ size, the wrapper's class and, per trainable parameter, its type, global shape,
 local (this rank's) element count and DTensor placements. A test can so assert that
 gloo carried the run and that FSDP sharded the parameters, not take the log's word.
 
-Two hooks for the fault tests, also usable without torchrun: with
+Three hooks for the fault tests, also usable without torchrun: with
 ``$SPECULATORS_KIMI_KILL=<rank>:<global step>`` that rank SIGKILLs itself inside
 that step (after the backward, before the update), first writing
 ``$SPECULATORS_KIMI_PROBE/killed.json`` (the time and the sha256 of every file of
 the newest checkpoint); when training ends, rank 0 writes the draft's trainable
-parameters in fp32 to ``$SPECULATORS_KIMI_PROBE/final.pt`` (not under FSDP).
+parameters in fp32 to ``$SPECULATORS_KIMI_PROBE/final.pt`` (not under FSDP); with
+``$SPECULATORS_KIMI_SLOW_SCAN=<rank>:<seconds>`` that rank reads the save path
+(its checkpointer's previous epoch) that much later than the others, as a slow
+rank or file system does.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from speculators.train.checkpointer import BaseCheckpointer
 from speculators.train.trainer import Trainer
 
 
@@ -116,6 +120,20 @@ def _final_weights(run):
     return wrapper
 
 
+def _slow_scan(scan):
+    def wrapper(self: BaseCheckpointer) -> int:
+        slow = os.environ.get("SPECULATORS_KIMI_SLOW_SCAN", "")
+        rank, _, seconds = slow.partition(":")
+        if rank and os.environ.get("RANK") == rank:
+            time.sleep(float(seconds))
+        return scan(self)
+
+    return wrapper
+
+
+BaseCheckpointer._get_previous_epoch = _slow_scan(  # type: ignore[method-assign]
+    BaseCheckpointer._get_previous_epoch
+)
 Trainer._optimizers_step = _killed(Trainer._optimizers_step)  # type: ignore[method-assign]
 Trainer.run_training = _final_weights(Trainer.run_training)  # type: ignore[method-assign]
 Trainer._setup_model_fsdp = _probed(Trainer._setup_model_fsdp)  # type: ignore[method-assign]

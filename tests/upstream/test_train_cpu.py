@@ -207,16 +207,19 @@ def test_save_best_keeps_the_record_and_resumes_on(tiny, tmp_path):
     assert "training_topology.json is missing" not in out
 
 
-def _torchrun_probed(tiny, tmp_path: Path, *extra: str) -> tuple[str, list[dict]]:
+def _torchrun_probed(
+    tiny, tmp_path: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[str, list[dict]]:
     """A 3-step torchrun (2 gloo ranks) with what each rank set up (see
-    ``distributed_probe``): its output and the ranks' reports."""
+    ``distributed_probe``, whose hooks ``env`` may set): its output and the ranks'
+    reports."""
     spec, verifier, data = tiny
     argv = train_command(spec, verifier, data, tmp_path / "run", max_steps=STEPS)
     probe = tmp_path / "probe"
     proc = run(
         torchrun_train([*argv[2:], *extra], probe=True),
         cwd=tmp_path,
-        env={"SPECULATORS_KIMI_PROBE": str(probe)},
+        env={"SPECULATORS_KIMI_PROBE": str(probe), **(env or {})},
         timeout=600,
     )
     out = proc.stdout + proc.stderr
@@ -258,6 +261,12 @@ def test_torchrun_two_processes_gloo(tiny, tmp_path):
         f"--from-pretrained {ckpt} and another --save-path."
     ], (proc.stdout + proc.stderr)[-3000:]
     assert _sha256(ckpt) == before
+
+    # From scratch over it (unit 0028 moves the run aside), rank 1 reading the
+    # save path after rank 0 moved the run: it took the fresh-run branch and the
+    # ranks hung in different collectives.
+    _torchrun_probed(tiny, tmp_path, env={"SPECULATORS_KIMI_SLOW_SCAN": "1:5"})
+    assert _sha256(tmp_path / "run" / "checkpoints" / "replaced-run-1" / "0") == before
     assert not (ckpt.parent / "1").exists()
 
 
