@@ -136,9 +136,12 @@ class BlockDraftRunner:
         """DSpark's bias on ``slot``'s logits, with the block's tokens known so
         far, as training computes it from the block's tokens."""
         assert self.markov_head is not None
-        tokens = torch.tensor(block_tokens[: slot + 1], device=self.device)
-        if not self.sample_from_anchor:  # slot k reads token k - 1
-            tokens = torch.cat([tokens[:1], tokens[:-1]])
+        # Slot k reads token k (sampling from the anchor) or k - 1 (the anchor
+        # for slot 0): slot + 1 tokens either way, the known ones.
+        known = block_tokens[: slot + 1]
+        if not self.sample_from_anchor:
+            known = [block_tokens[0], *block_tokens[:slot]]
+        tokens = torch.tensor(known, device=self.device)
         bias = self.markov_head.block_bias(
             prev_token_ids=tokens[None], hidden_states=hidden[None, : slot + 1]
         )

@@ -96,6 +96,8 @@ def drafts(kimi, tmp_path_factory) -> dict[str, Any]:
     return {
         "dflash": _build(kimi, data, "dflash"),
         "dspark": _loud(_build(kimi, data, "dspark")),
+        # Slot 0 is the anchor's: slot k's Markov bias reads token k - 1.
+        "dspark-nsfa": _loud(_build(kimi, data, "dspark", "--no-sample-from-anchor")),
         "dflash2": _loud(_build(kimi, data, "dflash2", "--selector-top-k", "4")),
         # MLA layers in the verifier's latent layout (the full vocabulary).
         "dspark-mla": _build(kimi, data, "dspark", "--draft-arch", "deepseek_v3"),
@@ -154,7 +156,9 @@ def _training_logits(
     return logits[0], biased[0]
 
 
-@pytest.mark.parametrize("name", ["dflash", "dspark", "dflash2", "dflash-mixed"])
+@pytest.mark.parametrize(
+    "name", ["dflash", "dspark", "dspark-nsfa", "dflash2", "dflash-mixed"]
+)
 @pytest.mark.parametrize("window", [None, 5])
 def test_block_proposals_are_the_training_forwards_argmax(
     verifier, drafts, name, window
