@@ -11,7 +11,7 @@ from seriescheck.pytest_run import run_pytest, tree_env
 from seriescheck.unit_files import own_test_files, tree_test_files
 from vendorlib.build import upstream_dev_requirement, vendored_dir
 from vendorlib.lint import find_tool, not_upstreams_version
-from vendorlib.pin import load_series
+from vendorlib.pin import Unit, load_series
 
 
 def pip_install_target(project: Path, target: Path, sdist: Path) -> str:
@@ -103,6 +103,23 @@ def test_units_are_linted_with_upstreams_pinned_linters(tmp_path, tool):
     assert f"pip install '{pinned}'" in problem
 
 
+def test_every_units_pr_text_has_its_sections(tmp_path):
+    """`tools/vendor check` refuses a unit whose PR text lacks a section (the
+    ones `tools/vendor pr` fills the upstream template from)."""
+    lacking = {u.name: u.pr_text_problems() for u in load_series(ROOT)}
+    assert {name: found for name, found in lacking.items() if found} == {}
+    unit = Unit("0999-x", tmp_path / "0999-x.patch")
+    unit.path.write_text(
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        "Subject: 0999-x\n\n# Title\n\n## Problem\n\nWhy.\n\n## Change\n\n"
+        "## Risk\n\nLow.\n\ndiff --git a/x b/x\n"
+    )
+    assert unit.pr_text_problems() == [
+        "its PR text's `## Change` is empty",
+        "its PR text has no `## Tests`",
+    ]
+
+
 def test_materialize_export_and_add_a_unit_through_git(
     project_copy, tmp_path, upstream_sdist
 ):
@@ -120,8 +137,21 @@ def test_materialize_export_and_add_a_unit_through_git(
     (work / "src/speculators/utils/extra_helper.py").write_text('"""New."""\n')
     main_py = work / "src/speculators/__main__.py"
     main_py.write_text(main_py.read_text() + "# touched by 0099\n")
+    # Not committed yet: export reads commits, so it refuses rather than drop them
+    refused = vendor(project_copy, "export", str(work), check=False)
+    assert refused.returncode != 0
+    assert "uncommitted changes (src/speculators/__main__.py," in refused.stderr
+    assert snapshot(project_copy / "upstream_patches") == before
     run([*git, "add", "-A"], cwd=work)
     run([*git, "commit", "-qm", "0099-example"], cwd=work)
+    # A rebase stopped at an earlier unit (HEAD has only the units before it):
+    # export would have deleted the later ones
+    editor = {"GIT_SEQUENCE_EDITOR": "sed -i '1s/^pick/edit/'"}
+    run([*git, "rebase", "-qi", "HEAD~2"], cwd=work, env=editor)
+    refused = vendor(project_copy, "export", str(work), check=False)
+    assert "a git rebase (or am) is stopped midway" in refused.stderr
+    assert snapshot(project_copy / "upstream_patches") == before
+    run([*git, "rebase", "--continue"], cwd=work)
     vendor(project_copy, "export", str(work))
     unit = load_series(project_copy)[-1]
     assert unit.name == "0099-example"

@@ -65,8 +65,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"upstream {pin.name} {pin.version}: sha256 ok")
 
         def applied(unit: Unit, touched: list[str]) -> None:
-            if not unit.message().startswith("# "):
-                problems.append(f"{unit.name}: no PR text (`# title`) in its message")
+            problems.extend(f"{unit.name}: {p}" for p in unit.pr_text_problems())
             print(f"  {unit.name}: applies ({len(touched)} files)")
 
         materialize_git(root, tree, units, applied)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from .errors import VendorError
 from .git import NO_USER_CONFIG, VENDOR_IDENTITY, git
-from .pin import Unit, load_pin, load_series, patches_dir
+from .pin import PR_SECTIONS, Unit, load_pin, load_series, patches_dir
 
 BASE_SUBJECT_PREFIX = "upstream: "
-PR_TEMPLATE = "# {name}\n\n## Problem\n\n## Change\n\n## Tests\n\n## Risk\n"
+PR_TEMPLATE = "# {name}\n\n" + "\n\n".join(f"## {s}" for s in PR_SECTIONS) + "\n"
 FORMAT_PATCH = [
     "format-patch",
     "--stdout",
@@ -157,9 +157,33 @@ def format_patch(tree: Path, sha: str, name: str) -> str:
     return f"{head}\n\n{rest}"
 
 
+def _check_settled(tree: Path) -> None:
+    """Refuse a work tree whose history is not what it will be: a rebase or am
+    stopped midway (HEAD holds only the units before the stop, and export would
+    delete the rest) or changes not yet committed (export reads commits only)."""
+    for state in ("rebase-merge", "rebase-apply"):
+        path = git(tree, "rev-parse", "--git-path", state).stdout.strip()
+        if (tree / path).exists():
+            raise VendorError(
+                f"{tree}: a git rebase (or am) is stopped midway, and HEAD holds "
+                "only the units before the stop; finish it (git rebase --continue) "
+                "or abort it (git rebase --abort), then export"
+            )
+    changed = git(tree, "status", "--porcelain").stdout.splitlines()
+    if changed:
+        shown = ", ".join(line[3:] for line in changed[:5])
+        more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+        raise VendorError(
+            f"{tree}: uncommitted changes ({shown}{more}); export reads the "
+            "commits only: commit them into their unit (git commit --fixup "
+            "<unit's commit>, then git rebase -i --autosquash) or stash them"
+        )
+
+
 def export(root: Path, tree: Path) -> list[str]:
     """Rewrite `upstream_patches/` (unit files and series) from the history in
     ``tree``; unit files no commit names any more are removed."""
+    _check_settled(tree)
     pdir = patches_dir(root)
     commits = unit_commits(tree)
     names = [name for _, name in commits]

@@ -42,6 +42,24 @@ class Hunk:
     header: str
 
 
+#: The sections of a unit's PR text, in order, each under a `## ` heading.
+PR_SECTIONS = ("Problem", "Change", "Tests", "Risk")
+
+
+def pr_sections(text: str) -> tuple[str, dict[str, str]]:
+    """Title and ``## Section`` bodies of a unit's PR text."""
+    title, sections, current = "", {}, ""
+    for line in text.splitlines():
+        if line.startswith("# ") and not title:
+            title = line[2:].strip()
+        elif line.startswith("## "):
+            current = line[3:].strip()
+            sections[current] = ""
+        elif current:
+            sections[current] += line + "\n"
+    return title, {k: v.strip() for k, v in sections.items()}
+
+
 @dataclass(frozen=True)
 class Unit:
     """One patch unit: `upstream_patches/<name>.patch`."""
@@ -58,6 +76,21 @@ class Unit:
         if not head.startswith("From "):
             return ""  # a bare diff: no message
         return rest.split("\ndiff --git ", 1)[0]
+
+    def pr_text_problems(self) -> list[str]:
+        """What its PR text lacks: the `# title`, or a section of
+        :data:`PR_SECTIONS` (missing, or empty as the template leaves it)."""
+        message = self.message()
+        if not message.startswith("# "):
+            return ["no PR text (`# title`) in its message"]
+        _, sections = pr_sections(message)
+        return [
+            f"its PR text has no `## {name}`"
+            if name not in sections
+            else f"its PR text's `## {name}` is empty"
+            for name in PR_SECTIONS
+            if not sections.get(name)
+        ]
 
     def files(self) -> dict[str, str]:
         """Each path the diff names -> ``A`` (it adds the file), ``D`` (deletes) or

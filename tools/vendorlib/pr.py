@@ -21,7 +21,15 @@ from .errors import VendorError
 from .git import git
 from .gitwork import am, materialize_git
 from .lint import FAIL, PASS, SKIPPED, LintResult, lint
-from .pin import Pin, Unit, load_pin, load_series, patches_dir, pinned_tree
+from .pin import (
+    Pin,
+    Unit,
+    load_pin,
+    load_series,
+    patches_dir,
+    pinned_tree,
+    pr_sections,
+)
 from .status import check_unit, upstream_tip
 
 HUMAN_REVIEW_BOX = "- [ ] A human has reviewed the code"
@@ -95,20 +103,6 @@ def commit_signed(
         git(work, "reset", "-q", "--hard", base)
         return commit_signed(work, ident, every, every)
     return chain
-
-
-def pr_sections(text: str) -> tuple[str, dict[str, str]]:
-    """Title and ``## Section`` bodies of a unit's PR text."""
-    title, sections, current = "", {}, ""
-    for line in text.splitlines():
-        if line.startswith("# ") and not title:
-            title = line[2:].strip()
-        elif line.startswith("## "):
-            current = line[3:].strip()
-            sections[current] = ""
-        elif current:
-            sections[current] += line + "\n"
-    return title, {k: v.strip() for k, v in sections.items()}
 
 
 def pr_body(unit: Unit, chain: list[Unit], lint_ok: bool) -> str:
