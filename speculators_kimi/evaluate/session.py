@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..errors import CommandError
 from ..verifier.causal import CausalVerifier, load_causal_verifier
+from ..verifier.fit import DraftMismatchError, check_draft_fits
 from ..verifier.loading import DTYPES
 from .algorithms import check_decodable
 from .report import EvaluationReport, evaluate_draft
@@ -20,19 +20,13 @@ if TYPE_CHECKING:
     from .prompts import Prompt
 
 __all__ = [
-    "DraftMismatchError",
     "EvaluationSession",
     "cast_draft",
-    "check_draft_fits",
     "embedding_warning",
     "load_draft",
     "load_session",
     "resolve_dtype",
 ]
-
-
-class DraftMismatchError(CommandError):
-    """The draft was trained for a verifier of another geometry."""
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
@@ -89,50 +83,6 @@ def cast_draft(model: Any, dtype: torch.dtype) -> Any:
         owner, _, attr = name.rpartition(".")
         setattr(model.get_submodule(owner), attr, buf)
     return model
-
-
-def check_draft_fits(checkpoint: str | Path, verifier: str | Path) -> None:
-    """Fail before loading anything when the draft was trained for a verifier of
-    another width, vocabulary or depth, naming both verifiers.
-
-    Read from the two ``config.json`` files (no weights, no remote code), so
-    the mismatch is reported as such, not as a tensor of the wrong shape.
-
-    :raises DraftMismatchError: the geometries differ.
-    """
-    from speculators.utils.text_config import load_config_dict, text_config_dict
-
-    draft = load_config_dict(checkpoint)
-    layer = draft.get("transformer_layer_config") or {}
-    text = text_config_dict(load_config_dict(verifier))
-    trained_for = (draft.get("speculators_config") or {}).get("verifier") or {}
-    wants = {
-        "hidden size": draft.get("target_hidden_size") or layer.get("hidden_size"),
-        "vocabulary": layer.get("vocab_size"),
-    }
-    has = {"hidden size": text.get("hidden_size"), "vocabulary": text.get("vocab_size")}
-    problems = [
-        f"{what} {wants[what]} (verifier's {has[what]})"
-        for what in wants
-        if None not in (wants[what], has[what]) and wants[what] != has[what]
-    ]
-    aux = (
-        draft.get("eagle_aux_hidden_state_layer_ids")
-        or draft.get("aux_hidden_state_layer_ids")
-        or []
-    )
-    depth = text.get("num_hidden_layers")
-    # id ``depth`` is the last layer's output (the final norm's input), as the
-    # trainer, the launcher and the capture take it
-    if depth is not None and aux and max(aux) > int(depth):
-        problems.append(f"aux layers {aux} (the verifier has {depth} layers)")
-    if problems:
-        origin = trained_for.get("name_or_path") or "another verifier"
-        raise DraftMismatchError(
-            f"draft {checkpoint} was trained for {origin}, not for --verifier "
-            f"{verifier}: " + "; ".join(problems) + ". Pass the verifier it was "
-            "trained for, or a draft trained for this one."
-        )
 
 
 def embedding_warning(checkpoint: str | Path, draft: Any, verifier: Any) -> str | None:

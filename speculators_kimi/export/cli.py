@@ -29,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verifier",
         default=None,
-        help="local verifier directory to compare the embedding with (default: "
-        "the recorded path, when it exists)",
+        help="local verifier directory to compare the embedding with, refused if "
+        "it is not of the draft's geometry (default: the recorded path, when it "
+        "exists)",
     )
     parser.add_argument(
         "--keep-embeddings",

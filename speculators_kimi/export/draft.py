@@ -12,6 +12,7 @@ from ..draft_weights import draft_weights
 from ..evaluate.epochs import table_choice
 from ..evaluate.profile import check_profile, draft_digest
 from ..served import SERVE_METHOD, served_tokens
+from ..verifier.fit import check_draft_fits
 from .block import BlockCausality, block_serving_config, refuse_unservable
 from .errors import ExportError
 from .hub import serving_verifier_id
@@ -161,6 +162,7 @@ def export_draft(
         as trained (an MLA draft with ``norm_before_fc``, a block drafter whose
         layers' causality or head vLLM cannot express: :mod:`.block`), or an
         algorithm vLLM refuses (P-EAGLE, XPress).
+    :raises DraftMismatchError: ``verifier`` is not of the draft's geometry.
     """
     from safetensors.torch import load_file
 
@@ -173,6 +175,9 @@ def export_draft(
         )
     checkpoint = table_choice(checkpoint) or checkpoint
     config = _checkpoint_config(checkpoint, out, overwrite)
+    if verifier is not None:
+        # a verifier of another width or vocabulary: not the draft's, whatever ships
+        check_draft_fits(checkpoint, verifier)
     algorithm = config["speculators_model_type"]
     k = served_tokens(config)
     if profile is not None:

@@ -118,7 +118,7 @@ def _draft_kind(config: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run ``vllm-check`` from parsed arguments."""
     from ..draft_weights import draft_weights
-    from ..evaluate.session import check_draft_fits
+    from ..verifier.fit import check_draft_fits
     from .size import check_decoder_fits
 
     for flag, path in (("export", args.export), ("--checkpoint", args.checkpoint)):

@@ -294,7 +294,7 @@ def test_aux_layer_id_of_the_depth_is_the_last_layers_output(tmp_path, aux, fits
     is another verifier's."""
     import json
 
-    from speculators_kimi.evaluate.session import DraftMismatchError, check_draft_fits
+    from speculators_kimi.verifier.fit import DraftMismatchError, check_draft_fits
 
     draft, verifier = tmp_path / "draft", tmp_path / "verifier"
     for path, config in (

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from speculators_kimi.export import export_draft
 from speculators_kimi.export.launch import launch_commands
+from speculators_kimi.verifier.fit import DraftMismatchError
 from speculators_kimi.vllm_check.verdict import problems
 
 HUB_ID = "moonshotai/Kimi-K2.5"
@@ -169,6 +170,19 @@ def test_block_exports_write_what_vllm_reads_and_refuse_what_it_cannot(
     )
     assert "sample_from_anchor=True is not supported for DFlash" in refused(
         "dflash", sample_from_anchor=True
+    )
+
+    # --verifier of another width: refused (it was ignored for the block drafters)
+    other = tmp_path / "wider-verifier"
+    other.mkdir()
+    config = json.loads((block_drafts["verifier"] / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "hidden_size": 48}))
+    with pytest.raises(DraftMismatchError, match=r"hidden size 32 \(verifier's 48\)"):
+        export_draft(block_drafts["dspark"], tmp_path / "x", verifier=str(other))
+    assert not (tmp_path / "x").exists()
+    mine = str(block_drafts["verifier"])
+    export_draft(
+        block_drafts["dspark"], tmp_path / "ok", verifier_id=HUB_ID, verifier=mine
     )
 
 
