@@ -100,6 +100,12 @@ def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str
     return config
 
 
+def _fresh(profile: Path) -> Path:
+    """Where the fix's new profile goes: beside ``profile``, not over it (it is
+    another draft's or another K's, still right for that one)."""
+    return profile.with_name(f"{profile.stem}-new{profile.suffix}")
+
+
 def _check_profile(path: Path, algorithm: str, k: int, checkpoint: Path) -> None:
     """``path`` holds a profile whose figures follow from its rows, measured on
     this ``checkpoint`` (when it records which) at the ``k`` the export serves."""
@@ -119,14 +125,14 @@ def _check_profile(path: Path, algorithm: str, k: int, checkpoint: Path) -> None
             f"--profile {path}: measured on {measured[0]} at "
             f"num_speculative_tokens {measured[1]}; this export serves {algorithm} "
             f"at {k}. Measure this checkpoint: speculators-kimi evaluate --draft "
-            f"CKPT --verifier V --data D -k {k} --profile {path}"
+            f"{checkpoint} --verifier V --data D -k {k} --profile {_fresh(path)}"
         )
     measured_draft = profile["measurement_conditions"].get("draft_weights_sha256")
     if measured_draft is not None and measured_draft != draft_digest(checkpoint):
         raise ExportError(
             f"--profile {path}: measured on another draft than {checkpoint} (its "
             "weights differ); measure this one: speculators-kimi evaluate --draft "
-            f"{checkpoint} --verifier V --data D -k {k} --profile {path}"
+            f"{checkpoint} --verifier V --data D -k {k} --profile {_fresh(path)}"
         )
 
 

@@ -118,6 +118,7 @@ def _draft_kind(config: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run ``vllm-check`` from parsed arguments."""
     from ..draft_weights import draft_weights
+    from ..served import served_tokens
     from ..verifier.fit import check_draft_fits
     from .size import check_decoder_fits
 
@@ -134,6 +135,17 @@ def run(args: argparse.Namespace) -> int:
             "training_state.json), not an export; write one first: speculators-kimi "
             f"export {args.export} --out DIR, then vllm-check DIR --checkpoint "
             f"{args.export} --verifier {args.verifier}"
+        )
+    export_config = json.loads((Path(args.export) / "config.json").read_text())
+    if (
+        args.num_speculative_tokens is not None
+        and "speculators_config" in export_config
+    ):
+        # vLLM reads K from this layout's config.json: the flag would be ignored
+        raise CommandError(
+            f"--num-speculative-tokens is for an MLA export; export {args.export} "
+            "is in the speculators format, whose config.json sets it "
+            f"(speculative_tokens {served_tokens(export_config)}): drop the flag"
         )
     exported, trained = (
         _draft_kind(json.loads((Path(path) / "config.json").read_text()))

@@ -568,6 +568,8 @@ def test_profile_context_buckets_and_the_epoch_to_ship(trained_demo, tmp_path, c
         assert code != 0, err
         assert f"measured on {method} at num_speculative_tokens {at_k}; " in err
         assert f"this export serves eagle3 at {k}. Measure this checkpoint" in err
+        # the fix writes a new profile beside the other one, not over it
+        assert f"--profile {tmp_path / f'{method}-{at_k}-new.json'}" in err
 
 
 def test_every_flag_reaches_the_options():

@@ -6,6 +6,7 @@ classes), and refuses a training checkpoint given as the export."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -100,6 +101,23 @@ def test_a_training_checkpoint_given_as_the_export_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "a training checkpoint (it holds training_state.json)" in err
     assert f"speculators-kimi export {checkpoint} --out DIR" in err
+
+
+def test_num_speculative_tokens_for_a_speculators_layout_is_refused(tmp_path, capsys):
+    """vLLM reads K from that layout's config.json: the flag was ignored."""
+    from speculators_kimi import cli
+
+    export = tmp_path / "export"
+    export.mkdir()
+    methods = [{"proposal_type": "greedy", "speculative_tokens": 4}]
+    config = {"speculators_config": {"proposal_methods": methods}}
+    (export / "config.json").write_text(json.dumps(config))
+    args = ["vllm-check", str(export), "--checkpoint", str(export), "--verifier"]
+    code = cli.main([*args, str(tmp_path), "--num-speculative-tokens", "6"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "--num-speculative-tokens is for an MLA export" in err
+    assert "(speculative_tokens 4): drop the flag" in err
 
 
 @pytest.mark.parametrize(
