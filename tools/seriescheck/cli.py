@@ -76,7 +76,9 @@ def add_test_commands(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--units", metavar="A,B", help="test only these (name or number)")
     t.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     t.add_argument(
-        "--python", help="interpreter to test with (default .venv/bin/python)"
+        "--python",
+        help="interpreter to test with (default: the project's .venv/bin/python, "
+        "else the one running this)",
     )
     t.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
     t.add_argument("--keep", action="store_true", help="keep the scratch trees")
@@ -121,7 +123,11 @@ def add_test_commands(sub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("--kinds", default="api,cli", help="api, cli or both")
     d.add_argument("--select", default="*", help="a glob over case names")
-    d.add_argument("--python", help="interpreter (default .venv/bin/python)")
+    d.add_argument(
+        "--python",
+        help="interpreter (default: the project's .venv/bin/python, else the one "
+        "running this)",
+    )
     d.add_argument("--jobs", type=int, default=2, metavar="N", help="cases at a time")
     d.add_argument("--sdist", type=Path, help="the pinned sdist file (hash checked)")
     d.set_defaults(func=cmd_dropin)
