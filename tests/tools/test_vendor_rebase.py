@@ -58,6 +58,7 @@ def rebase(project: Path, sdist: Path, sha: str, work: Path, *extra: str):
         str(work),
         *extra,
         check=False,
+        env={"XDG_CACHE_HOME": str(work.parent / "cache")},
     )
 
 
@@ -106,9 +107,11 @@ def test_unrelated_change_applies_and_moves_the_pin(
     # Unchanged units export byte for byte; only the pin moved.
     after = snapshot(project_copy / "upstream_patches")
     assert {k for k in after if before[k] != after[k]} == {"UPSTREAM.toml"}
-    # The next build vendors the new release (its PKG-INFO, hence its Requires-Dist).
+    # The next build vendors the new release (its PKG-INFO, hence its Requires-Dist),
+    # found where the rebase cached it: no index lists this fabricated release.
     tree = tmp_path / "tree"
-    vendor(project_copy, "materialize", str(tree), "--sdist", str(sdist))
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    vendor(project_copy, "materialize", str(tree), env=cache)
     assert f"Version: {NEW}" in (tree / "PKG-INFO").read_text()
 
 

@@ -51,6 +51,19 @@ class Release:
     origin: str
 
 
+def _cache(sdist: Path, sha256: str) -> None:
+    """Keep a given sdist where the pinned build looks for it (by its name), so
+    that later commands without ``--sdist`` do not ask the index for a release it
+    may not list (a local or pre-release sdist)."""
+    dest = cache_dir() / sdist.name
+    if dest.is_file() and sha256_of(dest) == sha256:
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    shutil.copyfile(sdist, tmp)
+    tmp.replace(dest)
+
+
 def obtain_release(
     name: str, version: str, sdist: Path | None, sha256: str | None
 ) -> Release:
@@ -65,6 +78,7 @@ def obtain_release(
                 f"sha256 mismatch for {sdist}: expected {want} (--sha256), got {got}. "
                 "Refused: nothing was changed."
             )
+        _cache(sdist, got)
         return Release(sdist, got, str(sdist))
     filename = f"{name}-{version}.tar.gz"
     url, listed = index_file(
