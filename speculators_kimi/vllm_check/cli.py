@@ -147,9 +147,9 @@ def run(args: argparse.Namespace) -> int:
             "is in the speculators format, whose config.json sets it "
             f"(speculative_tokens {served_tokens(export_config)}): drop the flag"
         )
-    exported, trained = (
-        _draft_kind(json.loads((Path(path) / "config.json").read_text()))
-        for path in (args.export, args.checkpoint)
+    exported = _draft_kind(export_config)
+    trained = _draft_kind(
+        json.loads((Path(args.checkpoint) / "config.json").read_text())
     )
     if exported != trained:
         raise CommandError(
