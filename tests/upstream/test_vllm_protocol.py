@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,55 @@ def test_online_training_reads_states_from_vllm_protocol(kimi, tmp_path):
     offline_draft = load_file(offline / "checkpoints" / "0" / "model.safetensors")
     assert online_draft.keys() == offline_draft.keys()
     assert all(torch.equal(online_draft[k], offline_draft[k]) for k in online_draft)
+
+
+def test_online_training_without_a_working_server_is_one_line(kimi, tmp_path):
+    """No server at the endpoint: ``train`` stops before the first step in one
+    line (it trained at loss 0 and exited 0); a server extracting other layers
+    than the draft's (the final state among its ids: one state short) is refused
+    by the same check, before any worker asks it."""
+    from speculators.train.data import ArrowDataset
+    from speculators.train.data_checks import (
+        DataCheckError,
+        check_generation_endpoint,
+    )
+
+    data = _rows_dataset(tmp_path / "data", ROWS)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    save = tmp_path / "run"
+    argv = [
+        "train",
+        "--verifier-name-or-path", str(kimi),
+        "--data-path", str(data),
+        "--speculator-type", "eagle3",
+        "--total-seq-len", "32",
+        "--epochs", "1",
+        "--num-workers", "0",
+        "--vllm-endpoint", closed,
+        "--hidden-states-path", str(tmp_path / "no-cache"),
+        "--save-path", str(save / "checkpoints"),
+        "--log-dir", str(save / "logs"),
+    ]  # fmt: skip
+    proc = run(
+        [str(BIN / "speculators"), *argv], cwd=tmp_path, timeout=600, check=False
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (
+        f"error: DataCheckError: cannot reach a vLLM server at --vllm-endpoint "
+        f"{closed}" in proc.stderr
+    )
+    assert "Traceback" not in proc.stderr
+    assert not (save / "checkpoints").exists() or not any(
+        (save / "checkpoints").iterdir()
+    )
+
+    with VllmHiddenStatesServer(kimi, tmp_path / "storage", layer_ids=[2, 4, 8]) as s:
+        dataset = ArrowDataset(
+            max_len=32, datapath=data, vllm_endpoint=s.endpoint, model=str(kimi)
+        )
+        hidden = int(s.verifier.text_config.hidden_size)
+        with pytest.raises(DataCheckError, match="extracts 3 hidden states"):
+            check_generation_endpoint(dataset, num_entries=4, hidden_size=hidden)
+    assert list((tmp_path / "storage").iterdir()) == []
