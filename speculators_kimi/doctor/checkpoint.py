@@ -59,6 +59,15 @@ def _is_hybrid(text_config: Any) -> bool | None:
         return None
 
 
+def _logit_transform(text_config: Any) -> str | None:
+    """What the verifier does to its logits after the head (a softcap, a scale),
+    in words; ``None`` when nothing. Training's targets and evaluate apply it."""
+    from speculators.models.verifier_logits import resolve_logit_transform
+
+    transform = resolve_logit_transform(text_config)
+    return None if transform.is_identity else str(transform)
+
+
 def text_config_section(verifier: str, trust_remote_code: bool, report: Report) -> Any:
     """The text config training resolves, where it was found, and any
     quantization the config declares; returns the text config for the sections
@@ -80,6 +89,7 @@ def text_config_section(verifier: str, trust_remote_code: bool, report: Report) 
     )
     section["tie_word_embeddings"] = ties_word_embeddings(config_dict)
     section["hybrid"] = _is_hybrid(text_config)
+    section["logit_transform"] = _logit_transform(text_config)
     report.text_config = section
     for where, node in (("text config", text_dict), ("config", config_dict)):
         quant = node.get("quantization_config") if isinstance(node, dict) else None

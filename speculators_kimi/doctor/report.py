@@ -99,6 +99,11 @@ def _checkpoint_lines(report: Report) -> list[str]:
                 "evaluate rolls their recurrent state back after a rejected draft "
                 "token"
             )
+        if text.get("logit_transform"):
+            lines.append(
+                f"  logits after the head: {text['logit_transform']}; the draft's "
+                "targets and evaluate apply it"
+            )
     weights = report.weights
     if weights:
         lines.append(f"decoder prefix: '{weights['prefix']}'")

@@ -5,6 +5,10 @@ The text decoder is the one hidden-state generation loads (same prefix, same
 ``transformers`` class, see :mod:`.loading`), the aux
 states are captured by the same hooks (vLLM's layout), and the output head is the
 tensor ``speculators train`` resolves (``resolve_verifier_weights``), read whole.
+The logits are the ones the verifier samples from: what its ``ForCausalLM`` does
+after the head (Gemma-2's softcap, Cohere's and Granite's logit scale) is read
+from the text config by the same function training's targets use
+(``resolve_logit_transform``).
 """
 
 from __future__ import annotations
@@ -60,15 +64,15 @@ class CausalVerifier:
     def __post_init__(self) -> None:
         self._capture = AuxCapture(self.decoder, self.layer_ids)
         self.device = input_device(self.decoder)
-        self._softcap = getattr(self.text_config, "final_logit_softcapping", None)
+        from speculators.models.verifier_logits import resolve_logit_transform
+
+        self._transform = resolve_logit_transform(self.text_config)
 
     def _logits(self, normed: torch.Tensor) -> torch.Tensor:
-        """float32 logits, on the input device, of final-norm outputs."""
+        """float32 logits, on the input device, of final-norm outputs, after the
+        verifier's own transform (identity for most)."""
         logits = torch.nn.functional.linear(normed, self.head.to(normed.device))
-        logits = logits.float()
-        if self._softcap:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
-        return logits.to(self.device)
+        return self._transform(logits.float()).to(self.device)
 
     @torch.no_grad()
     def forward(
