@@ -7,21 +7,25 @@ ever sees bytes whose hash was not checked.
 
 from __future__ import annotations
 
+import base64
+import configparser
 import hashlib
 import json
 import os
 import shutil
+import ssl
 import sys
 import tarfile
 import tempfile
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from .errors import VendorError
 
 SDIST_ENV = "SPECULATORS_KIMI_UPSTREAM_SDIST"
-DEFAULT_INDEX = "https://pypi.org/simple"  # PEP 691; PIP_INDEX_URL overrides it
+DEFAULT_INDEX = "https://pypi.org/simple"  # PEP 691; pip's index-url overrides it
 
 
 def cache_dir() -> Path:
@@ -37,35 +41,105 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+def _pip_config_files() -> list[Path]:
+    """pip's configuration files in the order pip reads them (a later one's
+    values win): global, user, site, then ``PIP_CONFIG_FILE``."""
+    home = Path.home()
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
+    dirs = os.environ.get("XDG_CONFIG_DIRS") or "/etc/xdg"
+    files = [Path(d) / "pip" / "pip.conf" for d in reversed(dirs.split(os.pathsep))]
+    files += [Path("/etc/pip.conf"), home / ".pip" / "pip.conf"]
+    files.append(Path(xdg) / "pip" / "pip.conf")
+    files.append(Path(sys.prefix) / "pip.conf")
+    if os.environ.get("VIRTUAL_ENV"):
+        files.append(Path(os.environ["VIRTUAL_ENV"]) / "pip.conf")
+    if os.environ.get("PIP_CONFIG_FILE"):
+        files.append(Path(os.environ["PIP_CONFIG_FILE"]))
+    return files
+
+
+def _pip_option(name: str) -> str | None:
+    """pip's value of option ``name`` (e.g. ``index-url``): ``PIP_<NAME>``, else
+    its configuration files (``[install]`` over ``[global]``, a later file over
+    an earlier one).
+
+    The build runs in pip's build environment, which passes neither pip's
+    options nor its configuration on: a mirror set in pip.conf is read here.
+    """
+    env = os.environ.get("PIP_" + name.upper().replace("-", "_"))
+    if env:
+        return env
+    found = None
+    for path in _pip_config_files():
+        config = configparser.ConfigParser(interpolation=None)
+        try:
+            config.read(path)
+        except (OSError, configparser.Error):
+            continue
+        for section in ("global", "install"):
+            if config.has_option(section, name):
+                found = config.get(section, name)
+    return found
+
+
+def index_url() -> str:
+    """The package index pip would use (its ``index-url``), else PyPI."""
+    return _pip_option("index-url") or DEFAULT_INDEX
+
+
+def _open(url: str, timeout: float, accept: str | None = None) -> Any:
+    """``urlopen`` of ``url``, sending its ``user:password@`` as basic auth
+    (urllib itself does not) and trusting pip's ``cert`` if set."""
+    parts = urllib.parse.urlsplit(url)
+    headers = {"Accept": accept} if accept else {}
+    if parts.username is not None:
+        token = f"{urllib.parse.unquote(parts.username)}:"
+        token += urllib.parse.unquote(parts.password or "")
+        headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    request = urllib.request.Request(url, headers=headers)
+    cert = _pip_option("cert")  # pip's CA bundle, for a mirror's own CA
+    context = ssl.create_default_context(cafile=cert) if cert else None
+    return urllib.request.urlopen(request, timeout=timeout, context=context)
+
+
 def index_file(name: str, filename: str, hint: str) -> tuple[str, str | None]:
     """URL and listed sha256 of ``filename`` on the PEP 691 index page of ``name``.
 
     ``hint`` says how to do without the index; it ends the error messages.
     """
-    index = os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/")
+    index = index_url().rstrip("/")
     page = f"{index}/{name}/"
-    request = urllib.request.Request(
-        page, headers={"Accept": "application/vnd.pypi.simple.v1+json"}
-    )
+    shown = _without_password(page)
     try:
-        with urllib.request.urlopen(request, timeout=60) as resp:
+        with _open(page, 60, "application/vnd.pypi.simple.v1+json") as resp:
             meta = json.load(resp)
     except (OSError, ValueError) as err:
         raise VendorError(
-            f"cannot read the package index page {page}: {err}. {hint}"
+            f"cannot read the package index page {shown}: {err}. {hint}"
         ) from err
     for entry in meta.get("files", []):
         if entry.get("filename") == filename:
             url = urllib.parse.urljoin(page, entry["url"])
             return url, (entry.get("hashes") or {}).get("sha256")
-    raise VendorError(f"{page} lists no file {filename}; is the version right?")
+    raise VendorError(f"{shown} lists no file {filename}; is the version right?")
+
+
+def _without_password(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def download(url: str, dest: Path) -> None:
     """Download ``url`` to ``dest`` (through a `.part` file, renamed when complete)."""
-    print(f"[speculators-kimi] downloading {url}", file=sys.stderr)
+    print(f"[speculators-kimi] downloading {_without_password(url)}", file=sys.stderr)
     tmp = dest.with_name(dest.name + ".part")
-    with urllib.request.urlopen(url, timeout=300) as resp, tmp.open("wb") as out:
+    with _open(url, 300) as resp, tmp.open("wb") as out:
         shutil.copyfileobj(resp, out)
     tmp.replace(dest)
 
