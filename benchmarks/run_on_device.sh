@@ -11,15 +11,20 @@
 # logs, junit, nvidia-smi, versions, pip's log, every JSON) and the first six JSONs
 # by name, so a run cut by the tool's timeout still returns what had finished.
 #
-# Time: the step limits below add up to 480 s (plus ~15 s of set-up and at most
-# 10 s of kill grace per step that overruns), inside the tool's timeout_s of 540;
-# $OUT/steps.tsv has each step's limit, exit code and seconds, for re-cutting them.
-# The device tool lends 15 minutes in all (start-up included), so a second try is
-# of the failed steps only:
+# Time: the step limits below add up to 480 s, plus ~15 s of set-up; only the
+# kernel_tiles steps catch SIGTERM, so the worst case is about 525 s, inside the
+# tool's timeout_s of 540. $OUT/steps.tsv has each step's limit, exit code and
+# seconds, for re-cutting them. The device tool lends 15 minutes in all, start-up
+# (1-2 minutes) included, and a fresh machine needs 4 minutes left: after the main
+# run, a second try fits only while the machine is still warm (send it at once,
+# within the tool's idle release), and only of the failed steps:
 #   STEPS="kernel-tiles draft-train-step" bash benchmarks/run_on_device.sh
 # `sp-memory` and `sp-memory-mla` are opt-in (outside the 480 s): each runs only
-# when STEPS names it, as a try of its own (device tool timeout_s: 300):
+# when STEPS names it, in a session of its own (device tool timeout_s: 300; it
+# does not fit beside the main run):
 #   STEPS="sp-memory" bash benchmarks/run_on_device.sh
+# The 2026-12-04 baseline ran on an H200: name kind nvidia-h200 to compare with it
+# (each run's ratios are side by side on one card, valid on either).
 #
 # A rehearsal on this machine (no GPU; 3 minutes): the same steps and arguments,
 # each benchmark with --quick under TRITON_INTERPRET=1, the kernel tests collected
@@ -97,6 +102,14 @@ if [ -d .device-wheels ] && [ -z "${REHEARSE:-}" ]; then
     python3 -m pip install -q --no-index --no-deps .device-wheels/*.whl \
         >"$RUN/pip.log" 2>&1 || echo "wheel install failed: see pip.log"
 fi
+# Without the carried trees every step would fail on import: stop at once.
+if ! python3 -c 'import speculators.train, speculators_kimi.kernels' \
+    >"$RUN/imports.txt" 2>&1; then
+    echo "cannot import the packages (was .vendored carried?): see imports.txt"
+    cat "$RUN/imports.txt"
+    collect
+    exit 1
+fi
 echo "set-up done at $((SECONDS - started))s"
 collect
 
@@ -131,8 +144,8 @@ step draft-attention 75 python3 benchmarks/draft_attention.py \
 step draft-attention-mla 55 python3 benchmarks/draft_attention.py \
     --n 8192 --docs 1 16 --heads 64x64 --dims 192/128 --steps 7 --impls triton flex \
     --rounds 1 --out "$RUN/draft_attention_mla.json"
-# 110 s: one training step at Kimi-K2.5 draft size, simple_flex_attention then
-# triton (each compiles upstream's torch.compile'd forward first)
+# 110 s: one training step at Kimi-K2.5 draft size, triton then
+# simple_flex_attention (each compiles upstream's torch.compile'd forward first)
 step draft-train-step 110 python3 benchmarks/draft_train_step.py --rounds 3 \
     --out "$RUN/draft_train_step.json"
 # Opt-in, 240 s: peak memory of the --sp-size path at degree 1 for a Kimi-K2.5-size

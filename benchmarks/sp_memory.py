@@ -523,6 +523,12 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a CPU smoke run of the plumbing (one short length; the device "
+        "script's rehearsal), never a figure",
+    )
     parser.add_argument("--degrees", type=int, nargs="+", default=None)
     parser.add_argument("--lengths", type=int, nargs="+", default=None)
     parser.add_argument("--ttt-steps", type=int, nargs="+", default=None)
@@ -547,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.device, args.lengths, args.mask_lengths = "cpu", [256], []
     cuda = args.device == "cuda"
     args.lengths = args.lengths or list(GPU_LENGTHS if cuda else CPU_LENGTHS)
     args.ttt_steps = args.ttt_steps or ([3, 7] if cuda else [3])
