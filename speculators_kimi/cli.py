@@ -85,11 +85,14 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
 
 class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
     """A handler on whatever ``sys.stdout`` is when a record is written (a test's
-    capture, or the terminal), not on the one of when it was made."""
+    capture, or the terminal), not on the one of when it was made; on
+    ``sys.stderr`` while ``to_stderr`` (stdout holds a ``--json`` report)."""
+
+    to_stderr = False
 
     @property  # type: ignore[override]
     def stream(self):  # type: ignore[no-untyped-def]
-        return sys.stdout
+        return sys.stderr if self.to_stderr else sys.stdout
 
     @stream.setter
     def stream(self, _value) -> None:  # type: ignore[no-untyped-def]
@@ -112,17 +115,21 @@ class _ShortName(logging.Filter):
         return True
 
 
-def configure_logging() -> None:
-    """Our loggers' lines on stdout as ``[<module>] message`` (INFO and up).
+def configure_logging(*, to_stderr: bool = False) -> None:
+    """Our loggers' lines on stdout as ``[<module>] message`` (INFO and up), or
+    on stderr (``to_stderr``: the command prints its JSON report on stdout).
 
     The library itself only logs (``logging.getLogger(__name__)``, silent until
     its user configures logging); a command configures this once, for the
     ``speculators_kimi`` loggers alone, so other libraries stay as they are.
     """
     package = logging.getLogger("speculators_kimi")
-    if any(isinstance(h, _Stdout) for h in package.handlers):
-        return
+    for existing in package.handlers:
+        if isinstance(existing, _Stdout):
+            existing.to_stderr = to_stderr
+            return
     handler = _Stdout()
+    handler.to_stderr = to_stderr
     handler.setFormatter(logging.Formatter("[%(short_name)s] %(message)s"))
     handler.addFilter(_ShortName())
     package.addHandler(handler)
@@ -146,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    configure_logging()
+    configure_logging(to_stderr=getattr(args, "json", None) == "-")
     # Known errors (bad verifier path, config, weights) as one line, as upstream's
     # commands report them (unit 0012); imported here to keep --version fast.
     from speculators.utils.cli_errors import run_cli

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
-from helpers import ROOT, clean_copy, demo_command, json_report, pinned_sdist, run
+from helpers import ROOT, clean_copy, demo_command, demo_output, pinned_sdist, run
 
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     # Each xdist worker (and what it starts) gets its share of the cores: torch's
@@ -80,8 +80,8 @@ def trained_demo(tmp_path_factory, worker_id) -> dict:
     ``"stdout"``, what it printed. Tests that rerun it work on a copy of ``out``."""
 
     def build(out: Path) -> dict:
-        stdout = run(demo_command(out / "demo"), timeout=1200).stdout
-        return {**json_report(stdout), "stdout": stdout}
+        report, output = demo_output(run(demo_command(out / "demo"), timeout=1200))
+        return {**report, "stdout": output}
 
     return once_per_run(tmp_path_factory, worker_id, "trained-demo", build)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from pathlib import Path
 
 from ..cli_args import add_json_argument, emit_report, positive_int
@@ -58,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
         fresh=args.fresh,
         block_drafter=args.block_drafter,
     )
-    report = run_demo(settings)
+    # With the JSON on stdout, the stages' progress goes to stderr: stdout is
+    # the JSON alone, for a program to read.
+    progress = sys.stderr if args.json == "-" else sys.stdout
+    with contextlib.redirect_stdout(progress):
+        report = run_demo(settings)
     emit_report(report, format_report(report), args)
     return 0

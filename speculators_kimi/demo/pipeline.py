@@ -145,6 +145,8 @@ def run_demo(s: DemoSettings) -> dict[str, Any]:
     from ..tiny_verifier import KimiTinySpec
 
     paths = DemoPaths.under(s.out.resolve())
+    if paths.out.exists() and not paths.out.is_dir():
+        raise CommandError(f"--out {s.out} is a file: choose a new or empty directory")
     foreign = paths.foreign()
     if foreign:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")

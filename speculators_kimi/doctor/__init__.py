@@ -32,14 +32,13 @@ The modules, one job each:
 from __future__ import annotations
 
 from .cli import add_arguments, run
-from .diagnose import DEFAULT_DRAFT_VOCAB, DoctorOptions, diagnose
+from .diagnose import DoctorOptions, diagnose
 from .draft import DraftChoices, draft_options
 from .memory import draft_params, estimate_memory
 from .report import Problem, Report, render
 from .values import count_nonfinite
 
 __all__ = [
-    "DEFAULT_DRAFT_VOCAB",
     "DoctorOptions",
     "DraftChoices",
     "Problem",

@@ -100,6 +100,35 @@ def text_config_section(verifier: str, trust_remote_code: bool, report: Report) 
     return text_config
 
 
+def decoder_section(text_config: Any, trust_remote_code: bool, report: Report) -> None:
+    """Whether ``transformers`` has a class for the text decoder, which
+    ``generate-hidden-states`` and ``evaluate`` load (training reads hidden
+    states and needs none)."""
+    from ..verifier.loading import decoder_class
+
+    try:
+        decoder_class(text_config, trust_remote_code=trust_remote_code)
+    except (TypeError, ValueError, ImportError) as err:
+        if not getattr(text_config, "model_type", ""):
+            fix = (
+                "Its config.json (or text config) has no model_type: give the "
+                "transformers model type it was written for."
+            )
+        elif getattr(text_config, "auto_map", None) and not trust_remote_code:
+            fix = "Its config names its own code: pass --trust-remote-code."
+        else:
+            fix = "Install a transformers that knows this model type."
+        model_type = getattr(text_config, "model_type", "") or ""
+        report.problems.append(
+            Problem(
+                "generate-hidden-states and evaluate cannot load its text decoder: "
+                f"transformers has no model class for model_type {model_type!r} "
+                f"({type(err).__name__}).",
+                fix,
+            )
+        )
+
+
 def weights_section(
     verifier: str,
     text_config: Any,

@@ -16,7 +16,7 @@ from ..cli_args import (
     positive_int,
     verifier_weight_kwargs,
 )
-from .diagnose import DEFAULT_DRAFT_VOCAB, DoctorOptions, diagnose
+from .diagnose import DoctorOptions, diagnose
 from .draft import DraftChoices
 from .report import render
 
@@ -42,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--draft-vocab-size",
         type=positive_int,
         default=None,
-        help=f"draft vocabulary for the estimate (default: min({DEFAULT_DRAFT_VOCAB}, "
-        "verifier vocabulary))",
+        help="draft vocabulary for the estimate (default: the verifier's, as "
+        "`speculators train` without --draft-vocab-size)",
     )
     parser.add_argument("--num-layers", type=positive_int, default=1)
     parser.add_argument(

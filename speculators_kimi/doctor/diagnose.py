@@ -11,17 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from .checkpoint import shards_section, text_config_section, weights_section
+from .checkpoint import (
+    decoder_section,
+    shards_section,
+    text_config_section,
+    weights_section,
+)
 from .draft import DraftChoices, draft_options, draft_section
 from .memory import estimate_memory
 from .report import Problem, Report
 from .tokenizer import tokenizer_section
 from .values import values_section
 
-__all__ = ["DEFAULT_DRAFT_VOCAB", "DoctorOptions", "diagnose"]
-
-#: The draft vocabulary of the estimate, when the verifier's is larger.
-DEFAULT_DRAFT_VOCAB = 32000
+__all__ = ["DoctorOptions", "diagnose"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,8 @@ class DoctorOptions:
     trust_remote_code: bool = False
     #: Also read the tensors the draft takes and report NaN/inf in them.
     check_values: bool = False
-    #: Draft vocabulary of the estimate; ``None``: min(32000, the verifier's).
+    #: Draft vocabulary of the estimate; ``None``: the verifier's, as training
+    #: without ``--draft-vocab-size``.
     draft_vocab_size: int | None = None
     #: The draft ``speculators train`` would build.
     draft: DraftChoices = field(default_factory=DraftChoices)
@@ -167,9 +170,8 @@ def diagnose(
     except Exception as err:
         report.problems.append(_problem_for(err))
         return report
-    draft_vocab = options.draft_vocab_size
-    if draft_vocab is None:
-        draft_vocab = min(DEFAULT_DRAFT_VOCAB, int(text_config.vocab_size))
+    draft_vocab = options.draft_vocab_size or int(text_config.vocab_size)
+    decoder_section(text_config, options.trust_remote_code, report)
     tokenizer_section(verifier, report)
     spec = _shards_and_weights(verifier, text_config, options, report)
     if options.check_values and spec is not None:

@@ -58,6 +58,7 @@ def draft_section(
         create_transformer_layer_config,
     )
 
+    settings = _draft_settings(verifier, choices)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -72,9 +73,10 @@ def draft_section(
             verifier_name_or_path=verifier,
             num_layers=choices.num_layers,
             draft_arch=choices.arch,
-            hidden_act=None,
-            sliding_window=4096,
-            full_attention_indices=list(range(choices.num_layers)),
+            hidden_act=settings.draft_hidden_act,
+            sliding_window=settings.sliding_window,
+            full_attention_indices=list(settings.full_attention_indices),
+            mrope_full_head_hack=settings.draft_mrope_full_head_hack,
             trust_remote_code=trust_remote_code,
         )
     # An MLA (``--draft-arch deepseek_v3``) draft shows its latent geometry too.
@@ -85,10 +87,9 @@ def draft_section(
     return draft
 
 
-def draft_options(verifier: str, choices: DraftChoices) -> dict[str, Any]:
-    """The draft's norm and embedding options as ``speculators train`` resolves
-    them from the same flags (its own defaults, e.g. no ``--norm-before-fc`` for
-    an MLA draft)."""
+def _draft_settings(verifier: str, choices: DraftChoices) -> Any:
+    """``speculators train``'s draft settings for these flags: its own defaults
+    for the rest (``--draft-hidden-act``, ``--sliding-window``, ...)."""
     from speculators.train.config import TrainConfig
 
     argv = ["--verifier-name-or-path", verifier, "--data-path", "unused"]
@@ -101,7 +102,14 @@ def draft_options(verifier: str, choices: DraftChoices) -> dict[str, Any]:
             argv.append(f"--{'' if value else 'no-'}{flag.replace('_', '-')}")
     if choices.fc_norm:
         argv.append("--fc-norm")
-    draft = TrainConfig.resolve(argv).draft
+    return TrainConfig.resolve(argv).draft
+
+
+def draft_options(verifier: str, choices: DraftChoices) -> dict[str, Any]:
+    """The draft's norm and embedding options as ``speculators train`` resolves
+    them from the same flags (its own defaults, e.g. no ``--norm-before-fc`` for
+    an MLA draft)."""
+    draft = _draft_settings(verifier, choices)
     return {
         name: getattr(draft, name)
         for name in (

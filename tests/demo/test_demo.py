@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import demo_command, json_report, run
+from helpers import demo_command, demo_output, run
 from safetensors.torch import load_file
 
 from speculators_kimi.demo import (
@@ -107,15 +107,15 @@ def test_demo_rerun_reuses_then_redoes_training(trained_demo, tmp_path):
     out = tmp_path / "demo"
     shutil.copytree(trained_demo["out"], out, symlinks=True)
     cmd = demo_command(out)
-    report = json_report(trained_demo["stdout"])
+    report = {k: v for k, v in trained_demo.items() if k != "stdout"}
     ckpt = out / "run" / "checkpoints" / report["checkpoint"].rsplit("/", 1)[-1]
     mtimes = {p: p.stat().st_mtime_ns for p in ckpt.iterdir() if p.is_file()}
-    again = run(cmd, timeout=600).stdout
+    again_report, again = demo_output(run(cmd, timeout=600))
     for stage in STAGES:
         assert f"stage {stage}: done before, reusing" in again
     assert "--speculator-type" not in again
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
-    assert json_report(again)["loss_last"] == report["loss_last"]
+    assert again_report["loss_last"] == report["loss_last"]
 
     # A train-only flag changed: training alone is redone, from scratch (the old
     # run's checkpoints are gone, nothing resumes from them).
@@ -124,7 +124,7 @@ def test_demo_rerun_reuses_then_redoes_training(trained_demo, tmp_path):
     first_epoch = ckpt.parent / "0" / "training_state.json"
     steps = json.loads(first_epoch.read_text())["global_step"]
     assert ckpt.name == "2"
-    third = run([*cmd, "--epochs", "1"], timeout=600).stdout
+    third_report, third = demo_output(run([*cmd, "--epochs", "1"], timeout=600))
     for stage in ("verifier", "replies", "data", "hidden-states"):
         assert f"stage {stage}: done before, reusing" in third
     assert (
@@ -138,7 +138,7 @@ def test_demo_rerun_reuses_then_redoes_training(trained_demo, tmp_path):
     assert sorted(p.name for p in checkpoints.iterdir() if p.name.isdigit()) == ["0"]
     state = json.loads((checkpoints / "0" / "training_state.json").read_text())
     assert state["global_step"] == steps
-    assert json_report(third)["checkpoint"].endswith("/0")
+    assert third_report["checkpoint"].endswith("/0")
 
 
 STAGES = ("verifier", "replies", "data", "hidden-states", "train", "acceptance")

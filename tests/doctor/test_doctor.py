@@ -488,3 +488,50 @@ def test_parameter_counts_are_the_trained_models(kimi_tiny, capsys, arch, flags)
         p.numel() for p in params if not p.requires_grad
     )
     assert report["draft_config"]["norm_before_fc"] == model.config.norm_before_fc
+
+
+def test_draft_config_is_the_one_train_builds(tmp_path, capsys):
+    """Gemma-3 (gelu_pytorch_tanh) and Falcon (no hidden_act in its config): the
+    draft doctor shows is the one `speculators train` builds from its defaults
+    (--draft-hidden-act silu, the full vocabulary without --draft-vocab-size)."""
+    import argparse
+
+    from speculators.models.eagle3 import Eagle3DraftModel
+    from speculators.train.cli import build_draft_model
+    from speculators.train.config import TrainConfig
+
+    from speculators_kimi.doctor.draft import DRAFT_FIELDS
+    from speculators_kimi.tiny_verifier.dense import falcon
+
+    for verifier in (gemma3_text(tmp_path / "gemma"), falcon(tmp_path / "falcon").path):
+        code, report = _doctor(capsys, str(verifier))
+        assert code == 0, report["problems"]
+        argv = ["--verifier-name-or-path", str(verifier), "--data-path", "unused"]
+        args = argparse.Namespace(**TrainConfig.resolve(argv).flatten())
+        vocab = report["text_config"]["vocab_size"]
+        model = build_draft_model(args, Eagle3DraftModel, None, None, vocab)
+        built = model.config.transformer_layer_config
+        shown = report["draft_config"]
+        assert {k: shown[k] for k in DRAFT_FIELDS} == {
+            k: getattr(built, k, None) for k in DRAFT_FIELDS
+        }
+        assert shown["hidden_act"] == "silu"
+        assert shown["draft_vocab_size"] == vocab
+
+
+def test_a_decoder_transformers_cannot_build_is_a_problem(tmp_path, capsys):
+    """A config naming its own code (read as data) or no model type: training
+    needs no decoder class, generate-hidden-states and evaluate do."""
+    from speculators_kimi.tiny_verifier.dense import falcon
+
+    verifier = falcon(tmp_path / "custom").path
+    config = json.loads((verifier / "config.json").read_text())
+    config["model_type"] = "my_custom_lm"
+    config["auto_map"] = {"AutoConfig": "configuration_my.MyConfig"}
+    (verifier / "config.json").write_text(json.dumps(config))
+    code, report = _doctor(capsys, str(verifier))
+    assert code == 1
+    (problem,) = report["problems"]
+    assert "cannot load its text decoder" in problem["problem"]
+    assert "'my_custom_lm'" in problem["problem"]
+    assert problem["fix"] == "Its config names its own code: pass --trust-remote-code."

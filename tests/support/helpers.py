@@ -193,9 +193,10 @@ def demo_command(out: Path, *extra: str) -> list[str]:
     ]
 
 
-def json_report(stdout: str) -> dict:
-    """The JSON report the demo prints last (``--json``)."""
-    return json.loads(stdout[stdout.rindex("\n{") :])
+def demo_output(proc: subprocess.CompletedProcess[str]) -> tuple[dict, str]:
+    """The demo's ``--json`` report (its whole stdout, nothing else) and its
+    progress lines (stderr, where ``--json`` sends them), then the report."""
+    return json.loads(proc.stdout), proc.stderr + proc.stdout
 
 
 def extract_tar(tf: tarfile.TarFile, dest: Path) -> None:
