@@ -28,11 +28,24 @@ def mirror() -> Iterator[tuple[str, list[str]]]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if self.path.startswith("/elsewhere/"):  # another host: no credentials
+                answered.append(f"{self.path} {self.headers.get('Authorization')}")
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(PAYLOAD)))
+                self.end_headers()
+                self.wfile.write(PAYLOAD)
+                return
             if self.headers.get("Authorization") != expected:
                 self.send_response(401)
                 self.end_headers()
                 return
             answered.append(self.path)
+            if self.path == f"/files/moved-{FILE}":
+                port = server.server_port
+                self.send_response(302)
+                self.send_header("Location", f"http://localhost:{port}/elsewhere/")
+                self.end_headers()
+                return
             if self.path == f"/simple/{NAME}/":
                 sha = hashlib.sha256(PAYLOAD).hexdigest()
                 entry = {"filename": FILE, "url": f"/files/{FILE}"}
@@ -97,6 +110,9 @@ def test_a_mirror_with_credentials_in_pip_conf(pip_home, mirror, tmp_path):
     download(url, tmp_path / FILE)
     assert (tmp_path / FILE).read_bytes() == PAYLOAD
     assert answered == [f"/simple/{NAME}/", f"/files/{FILE}"]
+    # A redirect to another host gets no credentials.
+    download(url.replace(FILE, f"moved-{FILE}"), tmp_path / "moved")
+    assert answered[-1] == "/elsewhere/ None"
 
     conf.write_text(f"[global]\nindex-url = http://{USER}:wrong@{host}/simple\n")
     with pytest.raises(VendorError) as err:

@@ -91,18 +91,37 @@ def _open(url: str, timeout: float, accept: str | None = None) -> Any:
     """``urlopen`` of ``url``, sending its ``user:password@`` as basic auth
     (urllib itself does not) and trusting pip's ``cert`` if set."""
     parts = urllib.parse.urlsplit(url)
-    headers = {"Accept": accept} if accept else {}
+    auth = None
     if parts.username is not None:
         token = f"{urllib.parse.unquote(parts.username)}:"
         token += urllib.parse.unquote(parts.password or "")
-        headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
+        auth = "Basic " + base64.b64encode(token.encode()).decode()
         host = parts.hostname or ""
         netloc = f"{host}:{parts.port}" if parts.port else host
         url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    request = urllib.request.Request(url, headers=headers)
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    if auth:
+        request.add_unredirected_header("Authorization", auth)
     cert = _pip_option("cert")  # pip's CA bundle, for a mirror's own CA
     context = ssl.create_default_context(cafile=cert) if cert else None
-    return urllib.request.urlopen(request, timeout=timeout, context=context)
+    https = urllib.request.HTTPSHandler(context=context)
+    opener = urllib.request.build_opener(https, _SameHostAuth(parts.hostname, auth))
+    return opener.open(request, timeout=timeout)
+
+
+class _SameHostAuth(urllib.request.HTTPRedirectHandler):
+    """Redirects keep the credentials on the index's host only, as pip does (a
+    CDN or a presigned URL elsewhere must not get them)."""
+
+    def __init__(self, host: str | None, auth: str | None) -> None:
+        self.host, self.auth = host, auth
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        same_host = urllib.parse.urlsplit(newurl).hostname == self.host
+        if new is not None and self.auth and same_host:
+            new.add_unredirected_header("Authorization", self.auth)
+        return new
 
 
 def index_file(name: str, filename: str, hint: str) -> tuple[str, str | None]:
