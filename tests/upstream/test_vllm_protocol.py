@@ -123,6 +123,25 @@ def test_offline_files_from_vllm_protocol_equal_ours(kimi, tmp_path):
             assert not f.metadata()
 
 
+def _online_train_argv(
+    kimi: Path, data: Path, endpoint: str, tmp_path: Path, save: Path
+) -> list[str]:
+    """``speculators train`` of a tiny EAGLE-3 draft from ``endpoint``'s states."""
+    return [
+        "train",
+        "--verifier-name-or-path", str(kimi),
+        "--data-path", str(data),
+        "--speculator-type", "eagle3",
+        "--total-seq-len", "32",
+        "--epochs", "1",
+        "--num-workers", "0",
+        "--vllm-endpoint", endpoint,
+        "--hidden-states-path", str(tmp_path / "no-cache"),
+        "--save-path", str(save / "checkpoints"),
+        "--log-dir", str(save / "logs"),
+    ]  # fmt: skip
+
+
 _LOSS = re.compile(r"train/loss=([-+0-9.e]+|nan|inf)")
 
 
@@ -134,22 +153,9 @@ def test_online_training_reads_states_from_vllm_protocol(kimi, tmp_path):
     storage, save = tmp_path / "vllm-storage", tmp_path / "run"
     steps = 2
     with VllmHiddenStatesServer(kimi, storage) as server:
-        argv = [
-            "train",
-            "--verifier-name-or-path", str(kimi),
-            "--data-path", str(data),
-            "--speculator-type", "eagle3",
-            "--total-seq-len", "32",
-            "--epochs", "1",
-            "--max-steps", str(steps),
-            "--num-workers", "0",
-            "--on-missing", "generate",
-            "--vllm-endpoint", server.endpoint,
-            "--hidden-states-path", str(tmp_path / "no-cache"),
-            "--save-path", str(save / "checkpoints"),
-            "--log-dir", str(save / "logs"),
-            "--no-resume-from-checkpoint",
-        ]  # fmt: skip
+        argv = _online_train_argv(kimi, data, server.endpoint, tmp_path, save)
+        argv += ["--max-steps", str(steps), "--on-missing", "generate"]
+        argv += ["--no-resume-from-checkpoint"]
         proc = run([str(BIN / "speculators"), *argv], cwd=tmp_path, timeout=600)
     out = proc.stdout + proc.stderr
     losses = [float(x) for x in _LOSS.findall(out)]
@@ -202,19 +208,7 @@ def test_online_training_without_a_working_server_is_one_line(kimi, tmp_path):
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     save = tmp_path / "run"
-    argv = [
-        "train",
-        "--verifier-name-or-path", str(kimi),
-        "--data-path", str(data),
-        "--speculator-type", "eagle3",
-        "--total-seq-len", "32",
-        "--epochs", "1",
-        "--num-workers", "0",
-        "--vllm-endpoint", closed,
-        "--hidden-states-path", str(tmp_path / "no-cache"),
-        "--save-path", str(save / "checkpoints"),
-        "--log-dir", str(save / "logs"),
-    ]  # fmt: skip
+    argv = _online_train_argv(kimi, data, closed, tmp_path, save)
     proc = run(
         [str(BIN / "speculators"), *argv], cwd=tmp_path, timeout=600, check=False
     )
