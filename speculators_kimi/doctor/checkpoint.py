@@ -109,7 +109,8 @@ def decoder_section(text_config: Any, trust_remote_code: bool, report: Report) -
     try:
         decoder_class(text_config, trust_remote_code=trust_remote_code)
     except (TypeError, ValueError, ImportError) as err:
-        if not getattr(text_config, "model_type", ""):
+        model_type = getattr(text_config, "model_type", "") or ""
+        if not model_type:
             fix = (
                 "Its config.json (or text config) has no model_type: give the "
                 "transformers model type it was written for."
@@ -118,7 +119,6 @@ def decoder_section(text_config: Any, trust_remote_code: bool, report: Report) -
             fix = "Its config names its own code: pass --trust-remote-code."
         else:
             fix = "Install a transformers that knows this model type."
-        model_type = getattr(text_config, "model_type", "") or ""
         report.problems.append(
             Problem(
                 "generate-hidden-states and evaluate cannot load its text decoder: "

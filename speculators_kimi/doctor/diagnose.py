@@ -17,7 +17,7 @@ from .checkpoint import (
     text_config_section,
     weights_section,
 )
-from .draft import DraftChoices, draft_options, draft_section
+from .draft import DraftChoices, draft_section
 from .memory import estimate_memory
 from .report import Problem, Report
 from .tokenizer import tokenizer_section
@@ -115,15 +115,13 @@ def _draft_and_memory(
 ) -> None:
     """The draft training would build, its options and its memory estimate."""
     try:
-        draft = draft_section(
+        draft, chosen = draft_section(
             verifier,
             options.draft,
             report,
             draft_vocab=draft_vocab,
             trust_remote_code=options.trust_remote_code,
         )
-        chosen = draft_options(verifier, options.draft)
-        report.draft_config = {**(report.draft_config or {}), **chosen}
         report.memory = estimate_memory(
             draft,
             draft_vocab=draft_vocab,

@@ -49,9 +49,10 @@ def draft_section(
     *,
     draft_vocab: int,
     trust_remote_code: bool = False,
-) -> Any:
-    """The default target layer ids and the draft decoder config training
-    builds; returns that config."""
+) -> tuple[Any, dict[str, Any]]:
+    """The default target layer ids, the draft decoder config training builds
+    and its norm and embedding options (training's settings resolved once);
+    returns the config and the options."""
     from speculators.models.eagle3.model_definitions import MLA_FIELDS
     from speculators.models.utils import resolve_target_layer_ids
     from speculators.train.cli import (
@@ -82,9 +83,11 @@ def draft_section(
     # An MLA (``--draft-arch deepseek_v3``) draft shows its latent geometry too.
     mla = (*MLA_FIELDS, "rope_interleave", "rope_parameters")
     fields = DRAFT_FIELDS + (mla if choices.arch == "deepseek_v3" else ())
+    options = _options_of(settings)
     report.draft_config = {name: getattr(draft, name, None) for name in fields}
     report.draft_config["draft_vocab_size"] = draft_vocab
-    return draft
+    report.draft_config.update(options)
+    return draft, options
 
 
 def _draft_settings(verifier: str, choices: DraftChoices) -> Any:
@@ -109,9 +112,12 @@ def draft_options(verifier: str, choices: DraftChoices) -> dict[str, Any]:
     """The draft's norm and embedding options as ``speculators train`` resolves
     them from the same flags (its own defaults, e.g. no ``--norm-before-fc`` for
     an MLA draft)."""
-    draft = _draft_settings(verifier, choices)
+    return _options_of(_draft_settings(verifier, choices))
+
+
+def _options_of(settings: Any) -> dict[str, Any]:
     return {
-        name: getattr(draft, name)
+        name: getattr(settings, name)
         for name in (
             "norm_before_residual",
             "norm_before_fc",
