@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from helpers import ROOT, run
-from seriescheck.impact import EVERYTHING, affected
+from seriescheck.impact import EVERYTHING, affected, affected_since
 
 RECORD = """
 import sys
@@ -104,4 +104,25 @@ def test_the_reason_names_what_the_tests_import():
     assert affected(deps, ["tests/test_a.py"], {"src/pkg/z.py"}) == (
         [],
         "none imports what it touches (1 file)",
+    )
+
+
+def test_each_file_is_judged_from_the_tree_that_recorded_it():
+    """Trees end out of order in the pool: a file recorded on tree 1 is judged by
+    what units 2..k touch, one recorded on tree 3 by units 4..k only."""
+    touched = {2: {"src/pkg/a.py"}, 3: set(), 4: {"src/pkg/b.py"}}
+    recorded = {
+        "tests/test_a.py": (1, ["src/pkg/a.py"]),
+        "tests/test_a2.py": (3, ["src/pkg/a.py"]),
+        "tests/test_b.py": (3, ["src/pkg/b.py"]),
+    }
+    files = [*recorded, "tests/test_new.py"]
+    picked, why = affected_since(
+        recorded,
+        files,
+        lambda tree: set().union(*(touched[u] for u in range(tree + 1, 5))),
+    )
+    assert picked == ["tests/test_a.py", "tests/test_b.py", "tests/test_new.py"]
+    assert why == (
+        "no imports recorded yet; touches src/pkg/a.py; touches src/pkg/b.py"
     )

@@ -316,3 +316,41 @@ def test_a_trees_shards_are_balanced_by_the_time_its_files_took(tmp_path):
         ["tests/unit/test_long.py", "tests/unit/test_mid.py", "tests/unit/test_new.py"],
         ["tests/unit/test_slow.py"],
     ]
+
+
+def test_a_fed_run_starts_as_soon_as_a_run_ends():
+    """The series' pool (`forkpool.run_all` with ``feed``): a tree submitted when
+    a short run ends starts then, beside a long run, and ends before it; in
+    batches it would wait for the long one."""
+    import time
+
+    from seriescheck.forkpool import Job, run_all
+
+    heard: list[str] = []
+    # What the feed gives once this many results are heard (None: no more).
+    after: dict[int, list[Job] | None] = {
+        0: [Job("short", lambda: "short")],
+        1: [Job("fed", lambda: "fed")],
+        2: None,
+    }
+
+    def feed(idle: bool) -> list[Job] | None:
+        return after.pop(len(heard)) if len(heard) in after else []
+
+    def long() -> str:
+        time.sleep(3)
+        return "long"
+
+    results = run_all(
+        [Job("long", long)],
+        2,
+        60,
+        on_result=lambda key, _: heard.append(key),
+        feed=feed,
+    )
+    assert heard == ["short", "fed", "long"]
+    assert {k: v["ok"] for k, v in results.items()} == {
+        "long": "long",
+        "short": "short",
+        "fed": "fed",
+    }

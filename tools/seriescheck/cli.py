@@ -87,7 +87,7 @@ def add_test_commands(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="test N trees side by side",
+        help="N pytest runs at a time; the next tree starts as one ends",
     )
     t.add_argument(
         "--skip-installed",

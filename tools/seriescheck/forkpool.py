@@ -88,18 +88,22 @@ def run_all(
     timeout_s: float,
     rewrite: Callable[[str], str] = str,
     on_result: Callable[[str, dict[str, Any]], None] | None = None,
+    feed: Callable[[bool], list[Job] | None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Fork each job, at most ``parallel`` alive: {job key: its result}.
 
     A result is ``{"ok": value, "seconds": s}`` or ``{"error": why, ...}``; a child
     that runs past ``timeout_s`` is killed and recorded as such. ``rewrite`` turns
     a result's JSON text into what is stored; ``on_result`` hears each result as
-    it arrives (for progress).
+    it arrives (for progress). ``feed`` adds jobs while the pool runs: asked at
+    each turn (``True``: nothing else to do, it may wait), it gives more jobs, or
+    None once no more will come; the pool ends only then.
     """
     scratch = Path(tempfile.mkdtemp(prefix="forkpool-"))
     pending = list(enumerate(jobs))
     alive: dict[int, tuple[int, float]] = {}
     results: dict[str, dict[str, Any]] = {}
+    jobs = list(jobs)
 
     def record(i: int, value: dict[str, Any]) -> None:
         results[jobs[i].key] = value
@@ -107,7 +111,16 @@ def run_all(
             on_result(jobs[i].key, value)
 
     try:
-        while pending or alive:
+        while pending or alive or feed is not None:
+            if feed is not None:
+                more = feed(not (pending or alive))
+                if more is None:
+                    feed = None
+                for job in more or ():
+                    pending.append((len(jobs), job))
+                    jobs.append(job)
+                if not (pending or alive):
+                    continue
             while pending and len(alive) < parallel:
                 i, job = pending.pop(0)
                 pid = _fork(job, scratch / f"{i}.json", rewrite)

@@ -23,7 +23,7 @@ import pkgutil
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from importlib.util import resolve_name
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,31 @@ def affected(
         n = len(touched)
         return picked, f"none imports what it touches ({n} file{'s' * (n > 1)})"
     return picked, f"touches {why}"
+
+
+def affected_since(
+    recorded: dict[str, tuple[int, list[str]]],
+    files: Iterable[str],
+    touched_after: Callable[[int], set[str]],
+) -> tuple[list[str], str]:
+    """The test ``files`` a tree must run, and why: each file whose imports, as
+    recorded on tree ``r`` (``recorded[file] == (r, imports)``), meet what the
+    units after ``r``, up to the tree's own, touch (``touched_after(r)``); every
+    file no tree has recorded yet."""
+    groups: dict[int, list[str]] = defaultdict(list)
+    for f in files:
+        groups[recorded[f][0] if f in recorded else -1].append(f)
+    picked: list[str] = []
+    whys: list[str] = []
+    for r, group in sorted(groups.items()):
+        if r < 0:
+            picked += group
+            whys.append("no imports recorded yet")
+            continue
+        got, why = affected({f: recorded[f][1] for f in group}, group, touched_after(r))
+        picked += got
+        whys.append(why)
+    return sorted(picked), "; ".join(dict.fromkeys(whys))
 
 
 class ImportRecorder:

@@ -161,9 +161,9 @@ class TreeRun:
 
 
 class PytestServer:
-    """Batches of runs as ``run_pytest`` would, ``jobs`` at a time, in interpreters
-    forked from one warm parent (`pytest_server`), which imports torch,
-    transformers and datasets once for every batch.
+    """Runs as ``run_pytest`` would, ``jobs`` at a time as they are submitted, in
+    interpreters forked from one warm parent (`pytest_server`), which imports
+    torch, transformers and datasets once for all of them.
 
     ``env`` is the parent's (the one every run shares; each run's ``PYTHONPATH``
     is its ``src``).
@@ -183,44 +183,55 @@ class PytestServer:
             text=True,
         )
         self.count = 0
+        self.queued: dict[str, tuple[TreeRun, Path]] = {}
+
+    def submit(self, runs: list[TreeRun]) -> None:
+        """Queue ``runs``; they start as the runs before them leave room."""
+        assert self.proc.stdin is not None
+        raws = []
+        for run in runs:
+            junit = junit_path(run.cwd)
+            junit.unlink(missing_ok=True)
+            self.count += 1
+            raws.append(
+                {
+                    "key": run.key,
+                    "cwd": str(run.cwd),
+                    "src": str(run.src),
+                    "targets": run.targets,
+                    "args": pytest_args(junit, run.targets),
+                    "log": str(self.work / f"{self.count}.log"),
+                    "record": run.record and str(run.record),
+                }
+            )
+            self.queued[run.key] = (run, self.work / f"{self.count}.log")
+        self.proc.stdin.write(json.dumps(raws) + "\n")
+        self.proc.stdin.flush()
+
+    def next_report(self) -> tuple[TreeRun, PytestReport]:
+        """The next run to end (of those submitted), and its report."""
+        assert self.proc.stdout is not None and self.queued
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"pytest server failed (rc={self.proc.wait()})")
+        done = json.loads(line)
+        run, log = self.queued.pop(done["key"])
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        if "error" in done:
+            text += f"\n(pytest's interpreter: {done['error']})"
+        report = _read_report(
+            done.get("ok", 124), text, junit_path(run.cwd), done.get("seconds", 0.0)
+        )
+        return run, report
 
     def run(
         self, runs: list[TreeRun], on_report: Callable[[str, PytestReport], None]
     ) -> None:
         """Every run of ``runs``; ``on_report`` hears each as it ends."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        raws, by_key = [], {}
-        for run in runs:
-            junit = junit_path(run.cwd)
-            junit.unlink(missing_ok=True)
-            self.count += 1
-            raw = {
-                "key": run.key,
-                "cwd": str(run.cwd),
-                "src": str(run.src),
-                "targets": run.targets,
-                "args": pytest_args(junit, run.targets),
-                "log": str(self.work / f"{self.count}.log"),
-                "record": run.record and str(run.record),
-            }
-            raws.append(raw)
-            by_key[run.key] = (run, self.work / f"{self.count}.log")
-        self.proc.stdin.write(json.dumps(raws) + "\n")
-        self.proc.stdin.flush()
-        for line in self.proc.stdout:
-            done = json.loads(line)
-            if "done" in done:
-                return
-            run, log = by_key[done["key"]]
-            text = log.read_text(errors="replace") if log.is_file() else ""
-            rc = done.get("ok", 124)
-            if "error" in done:
-                text += f"\n(pytest's interpreter: {done['error']})"
-            report = _read_report(
-                rc, text, junit_path(run.cwd), done.get("seconds", 0.0)
-            )
+        self.submit(runs)
+        while self.queued:
+            run, report = self.next_report()
             on_report(run.key, report)
-        raise RuntimeError(f"pytest server failed (rc={self.proc.wait()})")
 
     def __enter__(self) -> PytestServer:
         return self

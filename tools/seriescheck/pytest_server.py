@@ -1,17 +1,17 @@
 """Many pytest runs, each in a fresh interpreter forked from a warm parent.
 
-``python -m seriescheck.pytest_server JOB`` reads batches of runs from stdin, one
-JSON list a line (each run: a folder, the `src/` to import `speculators` from,
+``python -m seriescheck.pytest_server JOB`` reads runs from stdin as they come,
+one JSON list a line (each run: a folder, the `src/` to import `speculators` from,
 pytest's arguments, a log file, where to record its imports or null). For the
-first batch it first forks one child that collects the first run's tests and
+first line it first forks one child that collects the first run's tests and
 reports the third-party modules that collection loaded. The parent imports
 those (`forkpool.preload`), then forks one child per run: the child enters the
 run's folder, puts its `src/` first on ``sys.path`` and in ``PYTHONPATH`` (for
 the subprocesses tests start), and calls ``pytest.main`` with its output in the
 log. So each run pays for its tree's own
 imports and tests, not torch's, transformers' and datasets' imports again. One
-JSON line per finished run goes to stdout as it finishes, and ``{"done": N}``
-after each batch.
+JSON line per finished run goes to stdout as it finishes; the server ends when
+stdin does and every run has.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import select
 import sys
 from functools import partial
 from pathlib import Path
@@ -92,25 +93,50 @@ def _preload(runs: list[dict[str, Any]]) -> None:
         raise RuntimeError(f"preloading imported {loaded}: each run imports it afresh")
 
 
+class _Lines:
+    """Whole lines from stdin's file descriptor, without blocking unless asked
+    (a buffered ``readline`` could hold a second line that ``select`` misses)."""
+
+    def __init__(self) -> None:
+        self.fd = sys.stdin.fileno()
+        self.buffer = b""
+        self.closed = False
+
+    def take(self, wait: bool) -> list[str] | None:
+        """The lines now complete (waiting for one if ``wait``); None at the end."""
+        while not self.closed and (wait or select.select([self.fd], [], [], 0)[0]):
+            chunk = os.read(self.fd, 1 << 16)
+            self.closed = not chunk
+            self.buffer += chunk
+            if b"\n" in self.buffer:
+                break
+        *lines, self.buffer = self.buffer.split(b"\n")
+        if self.closed and not lines:
+            return None
+        return [line.decode() for line in lines if line.strip()]
+
+
 def serve(job: dict[str, Any]) -> None:
-    """Each batch of runs on stdin, ``jobs`` alive at once, ``timeout_s`` each."""
+    """Runs from stdin as they come, ``jobs`` alive at once, ``timeout_s`` each."""
 
     def tell(key: str, result: dict[str, Any]) -> None:
         print(json.dumps({"key": key, **result}), flush=True)
 
-    first = True
-    while line := sys.stdin.readline():
-        runs: list[dict[str, Any]] = json.loads(line)
-        if first and runs:
+    stdin = _Lines()
+    preloaded = False
+
+    def feed(idle: bool) -> list[Job] | None:
+        nonlocal preloaded
+        lines = stdin.take(wait=idle)
+        if lines is None:
+            return None
+        runs = [run for line in lines for run in json.loads(line)]
+        if runs and not preloaded:  # idle: no child of the pool is alive yet
             _preload(runs)
-            first = False
-        run_all(
-            [Job(run["key"], partial(_pytest, run)) for run in runs],
-            int(job["jobs"]),
-            float(job["timeout_s"]),
-            on_result=tell,
-        )
-        print(json.dumps({"done": len(runs)}), flush=True)
+            preloaded = True
+        return [Job(run["key"], partial(_pytest, run)) for run in runs]
+
+    run_all([], int(job["jobs"]), float(job["timeout_s"]), on_result=tell, feed=feed)
 
 
 def main(argv: list[str]) -> int:

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from vendorlib.errors import VendorError
@@ -30,7 +31,7 @@ from vendorlib.gitwork import am, materialize_git
 from vendorlib.pin import Unit, load_pin, load_series, pinned_tree
 
 from .dropin.compare import Comparison
-from .impact import EVERYTHING, affected
+from .impact import EVERYTHING, affected_since
 from .installed import imported_from, installed_package, same_package
 from .pytest_run import PytestReport, PytestServer, TreeRun, tree_env
 from .series_report import OwnResult, SuiteResult, UnitReport, line, summarize
@@ -317,63 +318,73 @@ def _run_trees(
     judged: Callable[[TreePlan, PytestReport | None], None],
     all_tests: bool,
 ) -> None:
-    """``jobs`` trees at a time, each in one run (a tree alone: in ``jobs`` runs
-    side by side, split by time). Of upstream's test files, the first trees run
-    all; each later one those whose imports, recorded on the last tree they ran
-    on, meet a file its units since the trees already done touch (all with
-    ``all_tests``): a file's imports change only where a unit touches one of
-    them, so a later record can only add what the units since meet already."""
+    """The trees in series order, each in one run, started as soon as a run ends
+    (``jobs`` at a time: a long tree holds only its own core); the last tree is
+    split into ``jobs`` runs by time. Of upstream's test files a tree runs those
+    whose imports, recorded on the last ended tree that ran them, meet a file the
+    units after that tree, up to its own, touch (a file no ended tree ran: all;
+    all with ``all_tests``): a file's imports change only where a unit touches one
+    of them, so a later record can only add what those units meet already."""
     every = upstream_files(suite) if suite is not None else []
     total = len(read_baseline(suite)) if suite is not None else 0
     index = {u.name: i for i, u in enumerate(units)}
     record = suite is not None and not all_tests
-    deps: dict[str, list[str]] | None = None
+    recorded: dict[str, tuple[int, list[str]]] = {}  # test file: (tree, imports)
     seconds: dict[str, float] = {}  # per test file, on the last tree it ran
-    since = 0
-    for first in range(0, len(trees), jobs):
-        batch = trees[first : first + jobs]
-        shards = max(1, jobs // len(batch))
-        plans = []
-        for unit, tree, where in batch:
+    waiting = list(trees)
+    running: dict[str, tuple[TreePlan, list[PytestReport]]] = {}
+    busy = 0
+
+    def touched_after(tree: int, last: int) -> set[str]:
+        """What units ``tree+1 .. last`` touch (tree: where a record was taken)."""
+        return set().union(*(touched_files(u) for u in units[tree + 1 : last + 1]))
+
+    while waiting or running:
+        while waiting and busy < jobs:
+            unit, tree, where = waiting.pop(0)
             i = index[unit.name]
             picked, why = every, "--all-tests"
-            if deps is None and not all_tests:
-                why = "no imports recorded yet"
-            elif deps is not None:
-                touched = set().union(*(touched_files(u) for u in units[since : i + 1]))
-                picked, why = affected(deps, every, touched)
-            files = relevant_test_files(units, i, tree)
-            plans.append(
-                plan_tree(
-                    suite, unit, tree, where, files, picked, shards, record, seconds
+            if not all_tests:
+                picked, why = affected_since(
+                    recorded, every, partial(touched_after, last=i)
                 )
+            files = relevant_test_files(units, i, tree)
+            shards = 1 if waiting else jobs
+            plan = plan_tree(
+                suite, unit, tree, where, files, picked, shards, record, seconds
             )
             if suite is not None:
-                held = len(plans[-1].baseline or ())
-                print(
-                    f"{unit.name.split('-')[0]}: {held}/{total} upstream tests ({why})"
-                )
-        since = index[batch[-1][0].name] + 1
-        got: dict[str, list[PytestReport]] = {p.unit.name: [] for p in plans}
-
-        def heard(key: str, report: PytestReport, got: dict = got) -> None:
-            got[key.rsplit("/", 1)[0]].append(report)
-
-        server.run([run for plan in plans for run in plan.runs], heard)
-        for plan in plans:  # in the series' order: a later record wins
-            reports = got[plan.unit.name]
-            judged(plan, merged(reports) if reports else None)
-            ran: dict[str, float] = {}
-            for o in (o for report in reports for o in report.outcomes):
-                ran[o.file] = ran.get(o.file, 0.0) + o.seconds
-            seconds.update(ran)
-            if record:
-                deps = dict(deps or {})
-                for run in plan.runs:
-                    assert run.record is not None
-                    rec = run.record
-                    seen = json.loads(rec.read_text()) if rec.is_file() else {}
-                    deps.update({f: seen.get(f, [EVERYTHING]) for f in run.targets})
+                held = len(plan.baseline or ())
+                number = unit.name.split("-")[0]
+                print(f"{number}: {held}/{total} upstream tests ({why})")
+            if not plan.runs:
+                judged(plan, None)
+                continue
+            server.submit(plan.runs)
+            running[unit.name] = (plan, [])
+            busy += len(plan.runs)
+        if not running:
+            continue
+        run, report = server.next_report()
+        busy -= 1
+        plan, reports = running[run.key.rsplit("/", 1)[0]]
+        reports.append(report)
+        if len(reports) < len(plan.runs):
+            continue
+        del running[plan.unit.name]
+        judged(plan, merged(reports))
+        i = index[plan.unit.name]
+        ran: dict[str, float] = {}
+        for o in (o for report in reports for o in report.outcomes):
+            ran[o.file] = ran.get(o.file, 0.0) + o.seconds
+        seconds.update(ran)
+        for tree_run in plan.runs if record else ():
+            assert tree_run.record is not None
+            rec = tree_run.record
+            seen = json.loads(rec.read_text()) if rec.is_file() else {}
+            for f in tree_run.targets:
+                if recorded.get(f, (-1, []))[0] < i:  # a later tree's record wins
+                    recorded[f] = (i, seen.get(f, [EVERYTHING]))
 
 
 def run_series(
