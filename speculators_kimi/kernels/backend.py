@@ -16,13 +16,19 @@ the first mask build / attention call.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from speculators.models.attention_backends import DraftAttentionBackend
 
-__all__ = ["TritonBackend", "TritonDraftMask", "triton_attention_forward"]
+__all__ = [
+    "InterpretedKernelsWarning",
+    "TritonBackend",
+    "TritonDraftMask",
+    "triton_attention_forward",
+]
 
 
 @dataclass(frozen=True)
@@ -92,11 +98,31 @@ def triton_attention_forward(
     return out.transpose(1, 2).contiguous(), None
 
 
+class InterpretedKernelsWarning(UserWarning):
+    """The kernels run in Triton's interpreter (CPU): correct, far slower."""
+
+
+def _warn_interpreted() -> None:
+    """Say that the kernels run in the interpreter, so a slow run has its reason
+    in the output (Python shows it once per run)."""
+    warnings.warn(
+        "--draft-attn-impl triton on CPU runs in Triton's interpreter "
+        "(TRITON_INTERPRET=1): correct, but far slower than sdpa; for tests, not "
+        "for training.",
+        InterpretedKernelsWarning,
+        stacklevel=3,
+    )
+
+
 class TritonBackend(DraftAttentionBackend):
     """Fused Triton kernels; trains on CUDA, or on CPU in the Triton interpreter."""
 
     name = "triton"
     supports_cpu = False
+    cpu_hint = (
+        "set TRITON_INTERPRET=1 to run the kernels in Triton's interpreter: "
+        "correct but far slower, for tests"
+    )
     # Document bounds, O(N): sequence parallelism calls it once per step over the
     # whole sequence, not per block of queries.
     dense_mask = False
@@ -138,6 +164,8 @@ class TritonBackend(DraftAttentionBackend):
                 f"document_ids must be [{seq_len}], got {tuple(document_ids.shape)}"
             )
         doc = document_ids.to(device=device, dtype=torch.int32)
+        if doc.device.type == "cpu":
+            _warn_interpreted()
         return TritonDraftMask(document_layout(doc), sliding_window)
 
     def extend_mask(self, mask: TritonDraftMask, seq_len: int) -> TritonDraftMask:

@@ -108,6 +108,26 @@ def test_supports_device(triton_backend, monkeypatch):
     assert not triton_backend.supports_device("meta")
 
 
+def test_cpu_says_how_it_could_run_and_that_it_is_slow(triton_backend, monkeypatch):
+    """Without the interpreter, CPU training's refusal names TRITON_INTERPRET=1;
+    with it, the first mask build says the run is the slow interpreter's."""
+    from speculators.train.config import TrainConfig
+    from speculators.train.config.resolution import ConfigError
+    from speculators.train.device import device_fallbacks
+
+    from speculators_kimi.kernels.backend import InterpretedKernelsWarning
+
+    monkeypatch.delenv("TRITON_INTERPRET")
+    cfg = TrainConfig.from_flat({"draft_attn_impl": "triton"})
+    with pytest.raises(ConfigError, match="--draft-attn-impl triton") as err:
+        device_fallbacks(cfg, torch.device("cpu"))
+    assert "(or set TRITON_INTERPRET=1 to run the kernels in" in str(err.value)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "draft_attn_impl" not in device_fallbacks(cfg, torch.device("cpu"))
+    with pytest.warns(InterpretedKernelsWarning, match="far slower than sdpa"):
+        triton_backend.build_mask(document_ids(), SEQ_LEN, "cpu")
+
+
 def test_custom_mask_mods_are_refused(triton_backend):
     # e.g. P-EAGLE's masks: the kernels implement only the Eagle3 TTT mask.
     with pytest.raises(NotImplementedError, match="'triton'"):
