@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..served_verifiers import aux_states_note
 from .report import DECODER_FIELDS, Problem, Report
 
 __all__ = [
@@ -90,6 +91,9 @@ def text_config_section(verifier: str, trust_remote_code: bool, report: Report) 
     section["tie_word_embeddings"] = ties_word_embeddings(config_dict)
     section["hybrid"] = _is_hybrid(text_config)
     section["logit_transform"] = _logit_transform(text_config)
+    architectures = [str(a) for a in config_dict.get("architectures") or []]
+    section["architectures"] = architectures
+    section["vllm_aux_states"] = aux_states_note(architectures)
     report.text_config = section
     for where, node in (("text config", text_dict), ("config", config_dict)):
         quant = node.get("quantization_config") if isinstance(node, dict) else None

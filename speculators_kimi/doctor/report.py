@@ -104,6 +104,8 @@ def _checkpoint_lines(report: Report) -> list[str]:
                 f"  logits after the head: {text['logit_transform']}; the draft's "
                 "targets and evaluate apply it"
             )
+        if text.get("vllm_aux_states"):
+            lines.append(f"  vLLM serving: {text['vllm_aux_states']}")
     weights = report.weights
     if weights:
         lines.append(f"decoder prefix: '{weights['prefix']}'")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..served_verifiers import aux_states_note
 from .draft import export_draft
 from .launch import launch_commands
 from .serving_config import MLA_ARCHITECTURE
@@ -96,4 +97,7 @@ def run(args: argparse.Namespace) -> int:
         print("serve it with either:")
     for command in launch_commands(result):
         print(f"  {command}")
+    note = aux_states_note(result.verifier_architectures)
+    if note is not None:
+        print(f"note: {note}")
     return 0

@@ -54,6 +54,8 @@ class ExportResult:
     #: the vLLM class of a native layout other than the MLA EAGLE-3 one
     #: (``K3DSparkForCausalLM``: an MLA DSpark).
     architecture: str | None = None
+    #: the verifier's architectures, as the draft's config records them.
+    verifier_architectures: list[str] = field(default_factory=list)
 
 
 def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str, Any]:
@@ -234,4 +236,7 @@ def export_draft(
         causality=causality,
         trained_dtype=config.get("dtype") or config.get("torch_dtype"),
         architecture=architecture,
+        verifier_architectures=list(
+            config["speculators_config"]["verifier"].get("architectures") or []
+        ),
     )
