@@ -13,10 +13,24 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..errors import CommandError
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["AuxCapture", "capture_hidden_states", "decoder_parts"]
+__all__ = [
+    "AuxCapture",
+    "UnsupportedDecoderError",
+    "capture_hidden_states",
+    "decoder_parts",
+]
+
+
+class UnsupportedDecoderError(CommandError, TypeError):
+    """The verifier's decoder is not one layer list and one final norm (LFM2's
+    final norm is ``embedding_norm``, a name another model uses for an input
+    norm): a command that hooks them cannot read it."""
+
 
 _LAYER_NAMES = ("layers", "h", "blocks", "layer")
 _NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "norm_f", "final_layernorm")
@@ -44,10 +58,14 @@ def decoder_parts(
         if isinstance(getattr(base, name, None), torch.nn.Module)
     ]
     if len(layers) != 1 or len(norms) != 1:
-        raise TypeError(
-            f"{type(model).__name__}: expected a decoder with one layer list "
-            f"({'/'.join(_LAYER_NAMES)}) of num_hidden_layers={n_layers} layers and "
-            f"one final norm ({'/'.join(_NORM_NAMES)})"
+        children = ", ".join(name for name, _ in base.named_children())
+        raise UnsupportedDecoderError(
+            f"{type(model).__name__}: the aux states are read as the inputs of one "
+            f"decoder layer list ({'/'.join(_LAYER_NAMES)}) of "
+            f"num_hidden_layers={n_layers} layers and of one final norm "
+            f"({'/'.join(_NORM_NAMES)}); its base model {type(base).__name__} has "
+            f"{len(layers)} such list(s) and {len(norms)} such norm(s) among its "
+            f"modules ({children}), so this command cannot read this verifier"
         )
     return layers[0], norms[0]
 
