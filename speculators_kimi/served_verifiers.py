@@ -5,8 +5,9 @@ layers. vLLM 0.34 takes them only from a model class that implements
 ``SupportsEagle3``: else its engine stops at start-up ("Model does not support
 EAGLE3 interface"), for serving a draft and for ``extract_hidden_states``
 (``launch-vllm``) alike. An architecture vLLM does not register runs on its
-Transformers backend, which implements it; so does any architecture under
-``--model-impl transformers``, where that backend can run the model.
+Transformers backend, which implements it, where transformers has the model and
+that backend can run it; ``--model-impl transformers`` picks that backend for a
+registered one.
 
 The list is every architecture vLLM 0.34.0 registers (text and multimodal
 generation) to a class without it: vLLM's own ``supports_eagle3`` where the class
@@ -189,10 +190,10 @@ WITHOUT_EAGLE3 = frozenset(
 
 def aux_states_note(architectures: Sequence[str]) -> str | None:
     """Why vLLM 0.34 cannot take aux hidden states from a verifier whose
-    config.json names ``architectures`` (the first is the class vLLM loads), and
-    what serves it; None when vLLM takes them (its own class, or its
-    Transformers backend for an architecture it does not register) or the config
-    names none."""
+    config.json names ``architectures``, and what serves it; None when vLLM
+    takes them (its own class, or its Transformers backend for an architecture
+    it does not register) or the config names none. The first architecture
+    decides: vLLM loads the first it registers, and a checkpoint names one."""
     found = next(iter(architectures), None)
     if found not in WITHOUT_EAGLE3:
         return None

@@ -157,6 +157,8 @@ class TritonBackend(DraftAttentionBackend):
         :param sliding_window: Optional sliding window size, in tokens.
         :returns: The mask for every TTT step.
         """
+        from speculators.train.device import triton_interpreter_enabled
+
         from speculators_kimi.kernels import document_layout
 
         if document_ids.shape != (seq_len,):
@@ -164,7 +166,7 @@ class TritonBackend(DraftAttentionBackend):
                 f"document_ids must be [{seq_len}], got {tuple(document_ids.shape)}"
             )
         doc = document_ids.to(device=device, dtype=torch.int32)
-        if doc.device.type == "cpu":
+        if doc.device.type == "cpu" and triton_interpreter_enabled():
             _warn_interpreted()
         return TritonDraftMask(document_layout(doc), sliding_window)
 

@@ -354,3 +354,22 @@ def test_a_fed_run_starts_as_soon_as_a_run_ends():
         "short": "short",
         "fed": "fed",
     }
+
+
+def test_the_server_reads_whole_lines_as_they_come():
+    """Two submissions in one write are two lines now, a partial one waits for
+    its end, and the end of input is None (the server then stops its runs)."""
+    import os
+
+    from seriescheck.pytest_server import Lines
+
+    read, write = os.pipe()
+    lines = Lines(read)
+    assert lines.take(wait=False) == []  # nothing yet: no blocking
+    os.write(write, b'[{"a": 1}]\n[{"b": 2}]\n[{"c"')
+    assert lines.take(wait=False) == ['[{"a": 1}]', '[{"b": 2}]']
+    os.write(write, b": 3}]\n")
+    assert lines.take(wait=True) == ['[{"c": 3}]']
+    os.close(write)
+    assert lines.take(wait=True) is None
+    os.close(read)

@@ -15,7 +15,6 @@ import subprocess
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -223,15 +222,6 @@ class PytestServer:
             done.get("ok", 124), text, junit_path(run.cwd), done.get("seconds", 0.0)
         )
         return run, report
-
-    def run(
-        self, runs: list[TreeRun], on_report: Callable[[str, PytestReport], None]
-    ) -> None:
-        """Every run of ``runs``; ``on_report`` hears each as it ends."""
-        self.submit(runs)
-        while self.queued:
-            run, report = self.next_report()
-            on_report(run.key, report)
 
     def __enter__(self) -> PytestServer:
         return self

@@ -16,6 +16,7 @@ stdin does and every run has.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -29,6 +30,9 @@ from .forkpool import OWN_PACKAGES, Job, exit_now, preload, run_all, third_party
 
 
 def _enter(run: dict[str, Any], log: str | None) -> None:
+    # Not the server's stdin, where runs arrive while this one is alive: a test
+    # (or a process it starts) that read it would take them.
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     if log is not None:
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(out, 1)
@@ -93,12 +97,13 @@ def _preload(runs: list[dict[str, Any]]) -> None:
         raise RuntimeError(f"preloading imported {loaded}: each run imports it afresh")
 
 
-class _Lines:
-    """Whole lines from stdin's file descriptor, without blocking unless asked
-    (a buffered ``readline`` could hold a second line that ``select`` misses)."""
+class Lines:
+    """Whole lines from a file descriptor (the server's stdin), without blocking
+    unless asked (a buffered ``readline`` could hold a second line that
+    ``select`` misses)."""
 
-    def __init__(self) -> None:
-        self.fd = sys.stdin.fileno()
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
         self.buffer = b""
         self.closed = False
 
@@ -116,27 +121,35 @@ class _Lines:
         return [line.decode() for line in lines if line.strip()]
 
 
+class _ClientGone(Exception):
+    """Stdin ended: the client has every report it wants (or has given up)."""
+
+
 def serve(job: dict[str, Any]) -> None:
-    """Runs from stdin as they come, ``jobs`` alive at once, ``timeout_s`` each."""
+    """Runs from stdin as they come, ``jobs`` alive at once, ``timeout_s`` each;
+    when stdin ends, whatever still runs is killed (the client reads every
+    report before it closes stdin, so only a client that failed leaves any)."""
 
     def tell(key: str, result: dict[str, Any]) -> None:
         print(json.dumps({"key": key, **result}), flush=True)
 
-    stdin = _Lines()
+    stdin = Lines(sys.stdin.fileno())
     preloaded = False
 
-    def feed(idle: bool) -> list[Job] | None:
+    def feed(idle: bool) -> list[Job]:
         nonlocal preloaded
         lines = stdin.take(wait=idle)
         if lines is None:
-            return None
+            raise _ClientGone
         runs = [run for line in lines for run in json.loads(line)]
         if runs and not preloaded:  # idle: no child of the pool is alive yet
             _preload(runs)
             preloaded = True
         return [Job(run["key"], partial(_pytest, run)) for run in runs]
 
-    run_all([], int(job["jobs"]), float(job["timeout_s"]), on_result=tell, feed=feed)
+    with contextlib.suppress(_ClientGone):  # run_all kills its children
+        jobs, timeout = int(job["jobs"]), float(job["timeout_s"])
+        run_all([], jobs, timeout, on_result=tell, feed=feed)
 
 
 def main(argv: list[str]) -> int:
