@@ -100,8 +100,25 @@ def format_report(report: dict[str, Any]) -> str:
             f"{step.get('same_argmax')}",
             *lines,
             f"checked in {report['check_seconds']} s",
+            *(
+                [f"note: {report['verifier_aux_states']}"]
+                if report.get("verifier_aux_states")
+                else []
+            ),
         ]
     )
+
+
+def _verifier_note(verifier: str, version: str) -> str | None:
+    """Why vLLM cannot take aux hidden states from this verifier (its
+    config.json's architecture), which this check, loading the draft alone,
+    cannot see; None when it can, or for a release the list does not describe."""
+    from ..served_verifiers import VLLM_VERSION, aux_states_note
+
+    if version != VLLM_VERSION:
+        return None
+    config = json.loads((Path(verifier) / "config.json").read_text())
+    return aux_states_note([str(a) for a in config.get("architectures") or []])
 
 
 def _draft_kind(config: dict[str, Any]) -> str:
@@ -191,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         )
     report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     report["check_seconds"] = round(time.perf_counter() - t0, 1)
+    report["verifier_aux_states"] = _verifier_note(args.verifier, version)
     report["problems"] = problems(report)
     emit_report(report, format_report(report), args)
     for problem in report["problems"]:

@@ -96,3 +96,19 @@ def test_export_notes_a_verifier_vllm_takes_no_aux_states_from(
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == f"note: {aux_states_note(['MixtralForCausalLM'])}"
     assert out[-2].startswith("  vllm serve org/model --speculative-config")
+
+
+def test_vllm_check_notes_what_loading_the_draft_alone_cannot_see(tmp_path):
+    """vllm-check loads the draft, never the verifier's class: the note comes
+    from the verifier's config.json, for the release the list describes."""
+    from speculators_kimi.vllm_check.cli import _verifier_note
+
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["Gemma3ForConditionalGeneration"]})
+    )
+    assert _verifier_note(str(tmp_path), "0.34.0") == aux_states_note(
+        ["Gemma3ForConditionalGeneration"]
+    )
+    assert _verifier_note(str(tmp_path), "0.33.0") is None
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": []}))
+    assert _verifier_note(str(tmp_path), "0.34.0") is None

@@ -86,6 +86,11 @@ def test_the_text_report_names_what_the_verdict_reads():
     assert "verifier layers read: trained [1, 2, 3], vLLM [0, 1, 2] (DIFFERENT)" in text
     assert "KV cache: 1 layer(s), pages [4, 16, 1, 40], latent width 40" in text
     assert "confidence head: max difference 3e-08" in text
+    assert "note:" not in text
+    report["verifier_aux_states"] = "vLLM 0.34.0's own X does not implement it"
+    assert format_report(report).endswith(
+        "\nnote: vLLM 0.34.0's own X does not implement it"
+    )
 
 
 def test_a_training_checkpoint_given_as_the_export_is_refused(tmp_path, capsys):
