@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["VLLM_VERSION", "WITHOUT_EAGLE3", "aux_states_note"]
+#: The vLLM release the list describes: vllm-check's default, which the test reads.
+from .vllm_check.env import VLLM_VERSION
 
-#: The vLLM release the list describes.
-VLLM_VERSION = "0.34.0"
+__all__ = ["VLLM_VERSION", "WITHOUT_EAGLE3", "aux_states_note"]
 
 #: Architectures vLLM registers to a class that does not implement SupportsEagle3.
 WITHOUT_EAGLE3 = frozenset(
@@ -188,13 +188,13 @@ WITHOUT_EAGLE3 = frozenset(
 )
 
 
-def aux_states_note(architectures: Sequence[str]) -> str | None:
+def aux_states_note(architectures: Sequence[str] | None) -> str | None:
     """Why vLLM 0.34 cannot take aux hidden states from a verifier whose
     config.json names ``architectures``, and what serves it; None when vLLM
     takes them (its own class, or its Transformers backend for an architecture
     it does not register) or the config names none. The first architecture
     decides: vLLM loads the first it registers, and a checkpoint names one."""
-    found = next(iter(architectures), None)
+    found = next(iter(architectures or ()), None)
     if found not in WITHOUT_EAGLE3:
         return None
     return (

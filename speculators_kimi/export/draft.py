@@ -190,7 +190,8 @@ def export_draft(
     k = served_tokens(config)
     if profile is not None:
         _check_profile(Path(profile), algorithm, k, checkpoint)
-    recorded = config["speculators_config"]["verifier"].get("name_or_path")
+    recorded_verifier = config["speculators_config"]["verifier"]
+    recorded = recorded_verifier.get("name_or_path")
     local = verifier or recorded
     hub_id = serving_verifier_id(
         verifier_id=verifier_id, recorded=recorded, local=local
@@ -236,7 +237,5 @@ def export_draft(
         causality=causality,
         trained_dtype=config.get("dtype") or config.get("torch_dtype"),
         architecture=architecture,
-        verifier_architectures=list(
-            config["speculators_config"]["verifier"].get("architectures") or []
-        ),
+        verifier_architectures=recorded_verifier.get("architectures") or [],
     )

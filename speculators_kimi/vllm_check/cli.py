@@ -118,7 +118,7 @@ def _verifier_note(verifier: str, version: str) -> str | None:
     if version != VLLM_VERSION:
         return None
     config = json.loads((Path(verifier) / "config.json").read_text())
-    return aux_states_note([str(a) for a in config.get("architectures") or []])
+    return aux_states_note(config.get("architectures"))
 
 
 def _draft_kind(config: dict[str, Any]) -> str:

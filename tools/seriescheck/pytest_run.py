@@ -182,6 +182,7 @@ class PytestServer:
             text=True,
         )
         self.count = 0
+        # Submitted and not yet reported (running or waiting for a slot).
         self.queued: dict[str, tuple[TreeRun, Path]] = {}
 
     def submit(self, runs: list[TreeRun]) -> None:

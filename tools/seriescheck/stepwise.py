@@ -309,6 +309,19 @@ def _dropin_checks(
     return checked
 
 
+def _take_records(
+    recorded: dict[str, tuple[int, list[str]]], runs: list[TreeRun], tree: int
+) -> None:
+    """Each test file's imports as ``runs`` (of tree ``tree``) recorded them,
+    unless a later tree's record is there already (trees end out of order)."""
+    for run in runs:
+        assert run.record is not None
+        seen = json.loads(run.record.read_text()) if run.record.is_file() else {}
+        for f in run.targets:
+            if recorded.get(f, (-1, []))[0] < tree:
+                recorded[f] = (tree, seen.get(f, [EVERYTHING]))
+
+
 def _run_trees(
     suite: Path | None,
     units: list[Unit],
@@ -333,14 +346,13 @@ def _run_trees(
     seconds: dict[str, float] = {}  # per test file, on the last tree it ran
     waiting = list(trees)
     running: dict[str, tuple[TreePlan, list[PytestReport]]] = {}
-    busy = 0
 
     def touched_after(tree: int, last: int) -> set[str]:
         """What units ``tree+1 .. last`` touch (tree: where a record was taken)."""
         return set().union(*(touched_files(u) for u in units[tree + 1 : last + 1]))
 
     while waiting or running:
-        while waiting and busy < jobs:
+        while waiting and len(server.queued) < jobs:
             unit, tree, where = waiting.pop(0)
             i = index[unit.name]
             picked, why = every, "--all-tests"
@@ -362,11 +374,9 @@ def _run_trees(
                 continue
             server.submit(plan.runs)
             running[unit.name] = (plan, [])
-            busy += len(plan.runs)
         if not running:
             continue
         run, report = server.next_report()
-        busy -= 1
         plan, reports = running[run.key.rsplit("/", 1)[0]]
         reports.append(report)
         if len(reports) < len(plan.runs):
@@ -378,13 +388,8 @@ def _run_trees(
         for o in (o for report in reports for o in report.outcomes):
             ran[o.file] = ran.get(o.file, 0.0) + o.seconds
         seconds.update(ran)
-        for tree_run in plan.runs if record else ():
-            assert tree_run.record is not None
-            rec = tree_run.record
-            seen = json.loads(rec.read_text()) if rec.is_file() else {}
-            for f in tree_run.targets:
-                if recorded.get(f, (-1, []))[0] < i:  # a later tree's record wins
-                    recorded[f] = (i, seen.get(f, [EVERYTHING]))
+        if record:
+            _take_records(recorded, plan.runs, i)
 
 
 def run_series(
