@@ -85,15 +85,15 @@ def _padded(
 
 
 def _run_batch(
-    model: PreTrainedModel,
-    batch: Sequence[int],
-    rows: Sequence[Sequence[int]],
-    layer_ids: Sequence[int],
-    device: str,
+    plan: GenerationPlan, model: PreTrainedModel, batch: Sequence[int], device: str
 ) -> torch.Tensor:
-    ids, mask = _padded(batch, rows)
+    ids, mask = _padded(batch, plan.rows)
     hs, _ = capture_hidden_states(
-        model, ids.to(device), layer_ids, attention_mask=mask.to(device)
+        model,
+        ids.to(device),
+        plan.layer_ids,
+        attention_mask=mask.to(device),
+        final_norm=plan.verifier.final_norm,
     )
     return hs.to("cpu")
 
@@ -200,7 +200,7 @@ def _write_batch(
     meta: dict[str, str],
 ) -> int:
     """Run one batch whole and write its ``missing`` files; returns how many."""
-    hs = _run_batch(model, batch, plan.rows, plan.layer_ids, device)
+    hs = _run_batch(plan, model, batch, device)
     written = 0
     for row, i in enumerate(batch):
         if i not in missing:

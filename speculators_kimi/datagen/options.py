@@ -31,7 +31,7 @@ class GenerationOptions:
     max_batch_tokens: int = 16384
     trust_remote_code: bool = False
     #: The decoder's resolution overrides, see
-    #: :func:`~speculators_kimi.verifier.resolved.decoder_prefix`.
+    #: :func:`~speculators_kimi.verifier.resolved.decoder_weights`.
     weight_overrides: Mapping[str, str | None] | None = None
     progress: bool = True
     overwrite: bool = False

@@ -104,14 +104,19 @@ def text_config_section(verifier: str, trust_remote_code: bool, report: Report) 
     return text_config
 
 
-def decoder_section(text_config: Any, trust_remote_code: bool, report: Report) -> None:
-    """Whether ``transformers`` has a class for the text decoder, which
-    ``generate-hidden-states`` and ``evaluate`` load (training reads hidden
-    states and needs none)."""
-    from ..verifier.loading import decoder_class
+def decoder_section(
+    text_config: Any, trust_remote_code: bool, report: Report, weights: Any
+) -> None:
+    """Whether ``transformers`` has a class for the text decoder, and whether
+    its layer list and final norm (``weights``' norm, when resolved) are there
+    to hook: ``generate-hidden-states`` and ``evaluate`` need both (training
+    reads hidden states and needs neither)."""
+    from ..verifier.capture import UnsupportedDecoderError, decoder_parts
+    from ..verifier.loading import meta_decoder
+    from ..verifier.resolved import final_norm_path
 
     try:
-        decoder_class(text_config, trust_remote_code=trust_remote_code)
+        decoder = meta_decoder(text_config, trust_remote_code=trust_remote_code)
     except (TypeError, ValueError, ImportError) as err:
         model_type = getattr(text_config, "model_type", "") or ""
         if not model_type:
@@ -129,6 +134,20 @@ def decoder_section(text_config: Any, trust_remote_code: bool, report: Report) -
                 f"transformers has no model class for model_type {model_type!r} "
                 f"({type(err).__name__}).",
                 fix,
+            )
+        )
+        return
+    if weights is None:  # the weight keys' problem is reported already
+        return
+    try:
+        decoder_parts(decoder, final_norm_path(weights))
+    except UnsupportedDecoderError as err:
+        report.problems.append(
+            Problem(
+                f"generate-hidden-states and evaluate cannot read its hidden states: "
+                f"{err}.",
+                "Train on hidden states vLLM extracts (`speculators launch-vllm`), "
+                "where vLLM serves this verifier.",
             )
         )
 

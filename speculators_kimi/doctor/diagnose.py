@@ -169,9 +169,9 @@ def diagnose(
         report.problems.append(_problem_for(err))
         return report
     draft_vocab = options.draft_vocab_size or int(text_config.vocab_size)
-    decoder_section(text_config, options.trust_remote_code, report)
     tokenizer_section(verifier, report)
     spec = _shards_and_weights(verifier, text_config, options, report)
+    decoder_section(text_config, options.trust_remote_code, report, spec)
     if options.check_values and spec is not None:
         values_section(spec, report, progress=progress)
     _draft_and_memory(verifier, text_config, options, draft_vocab, report)

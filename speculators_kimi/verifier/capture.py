@@ -22,52 +22,103 @@ __all__ = [
     "AuxCapture",
     "UnsupportedDecoderError",
     "capture_hidden_states",
+    "decoder_body",
     "decoder_parts",
+    "embedding_path",
 ]
 
 
 class UnsupportedDecoderError(CommandError, TypeError):
-    """The verifier's decoder is not one layer list and one final norm (LFM2's
-    final norm is ``embedding_norm``, a name another model uses for an input
-    norm): a command that hooks them cannot read it."""
+    """The verifier's decoder is not one layer list and one final norm after it
+    (LFM2's final norm is ``embedding_norm``, a name another model uses for an
+    input norm: named with ``--verifier-norm-key``, not guessed): a command that
+    hooks them cannot read it."""
 
 
 _LAYER_NAMES = ("layers", "h", "blocks", "layer")
-_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "norm_f", "final_layernorm")
 _FINAL = -1  # the captured key of the final norm's input
 
 
-def decoder_parts(
-    model: torch.nn.Module,
-) -> tuple[torch.nn.ModuleList, torch.nn.Module]:
-    """The decoder layer list and final norm of a base model or a ``*ForCausalLM``."""
+def embedding_path(model: torch.nn.Module) -> str | None:
+    """The module path of ``model``'s input embedding (None: it has none)."""
+    try:
+        embed = model.get_input_embeddings()  # type: ignore[operator]
+    except (AttributeError, NotImplementedError):
+        return None
+    return next((n for n, m in model.named_modules() if m is embed), None) or None
+
+
+def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
+    """The module that holds the decoder's layers: the parent of its input
+    embedding, where the weight resolver anchors the final norm too (OPT's
+    ``decoder``, a multimodal model's ``language_model``), if a layer list is
+    there; else the base model itself."""
     base: torch.nn.Module = getattr(model, "base_model", model)
-    inner = getattr(base, "language_model", None)  # a multimodal base model
-    if isinstance(inner, torch.nn.Module) and not hasattr(base, "layers"):
-        base = inner
-    n_layers = getattr(getattr(base, "config", None), "num_hidden_layers", None)
+    path = embedding_path(base)
+    if path is None:
+        return base
+    anchor = base.get_submodule(path.rpartition(".")[0])
+    lists = [getattr(anchor, n, None) for n in _LAYER_NAMES]
+    return anchor if any(isinstance(m, torch.nn.ModuleList) for m in lists) else base
+
+
+def decoder_parts(
+    model: torch.nn.Module, final_norm: str | None = None
+) -> tuple[torch.nn.ModuleList, torch.nn.Module]:
+    """The decoder layer list and final norm of a base model or a ``*ForCausalLM``.
+
+    :param final_norm: the final norm's module path under the decoder's body
+        (:func:`decoder_body`), as the verifier's weight spec names it
+        (``--verifier-norm-key``); default: the one module of the weight
+        resolver's final-norm names there.
+    :raises UnsupportedDecoderError: no single layer list, or no final norm.
+    """
+    from speculators.utils.verifier_weights import NORM_NAMES
+
+    body = decoder_body(model)
+    config = getattr(body, "config", None) or getattr(model, "config", None)
+    n_layers = getattr(config, "num_hidden_layers", None)
     layers = [
-        getattr(base, name)
+        getattr(body, name)
         for name in _LAYER_NAMES
-        if isinstance(getattr(base, name, None), torch.nn.ModuleList)
-        and (n_layers is None or len(getattr(base, name)) == n_layers)
+        if isinstance(getattr(body, name, None), torch.nn.ModuleList)
+        and (n_layers is None or len(getattr(body, name)) == n_layers)
     ]
-    norms = [
-        getattr(base, name)
-        for name in _NORM_NAMES
-        if isinstance(getattr(base, name, None), torch.nn.Module)
-    ]
+    if final_norm is not None:
+        norm = _named_module(body, final_norm)
+        norms = [] if norm is None else [norm]
+        names = final_norm
+    else:
+        norms = [
+            getattr(body, name)
+            for name in NORM_NAMES
+            if isinstance(getattr(body, name, None), torch.nn.Module)
+        ]
+        names = "/".join(NORM_NAMES)
     if len(layers) != 1 or len(norms) != 1:
-        children = ", ".join(name for name, _ in base.named_children())
+        children = ", ".join(name for name, _ in body.named_children())
         raise UnsupportedDecoderError(
             f"{type(model).__name__}: the aux states are read as the inputs of one "
             f"decoder layer list ({'/'.join(_LAYER_NAMES)}) of "
             f"num_hidden_layers={n_layers} layers and of one final norm "
-            f"({'/'.join(_NORM_NAMES)}); its base model {type(base).__name__} has "
+            f"({names}); its {type(body).__name__} has "
             f"{len(layers)} such list(s) and {len(norms)} such norm(s) among its "
             f"modules ({children}), so this command cannot read this verifier"
         )
+    if any(m is norms[0] for m in layers[0].modules()):
+        raise UnsupportedDecoderError(
+            f"{type(model).__name__}: its final norm {names} is a module of its "
+            "decoder layers, not the norm after the last one, so the final "
+            "hidden state would be read inside a layer: name the final norm"
+        )
     return layers[0], norms[0]
+
+
+def _named_module(body: torch.nn.Module, path: str) -> torch.nn.Module | None:
+    try:
+        return body.get_submodule(path)
+    except AttributeError:
+        return None
 
 
 def _recorder(captured: dict[int, torch.Tensor], key: int) -> Callable[..., None]:
@@ -97,10 +148,15 @@ class AuxCapture:
     KV cache); :meth:`stacked` gives the states of the last forward.
     """
 
-    def __init__(self, model: torch.nn.Module, layer_ids: Sequence[int]) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        layer_ids: Sequence[int],
+        final_norm: str | None = None,
+    ) -> None:
         self.layer_ids = list(layer_ids)
         self.captured: dict[int, torch.Tensor] = {}
-        layers, norm = decoder_parts(model)
+        layers, norm = decoder_parts(model, final_norm)
         self._modules = _hooked_modules(layers, norm, self.layer_ids)
         self._handles: list[Any] = []
 
@@ -146,10 +202,12 @@ def capture_hidden_states(
     attention_mask: torch.Tensor | None = None,
     *,
     return_logits: bool = False,
+    final_norm: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``[batch, seq, len(layer_ids) + 1, hidden]`` in vLLM's aux-hidden-state layout.
 
     :param return_logits: also return the logits (a ``*ForCausalLM`` only).
+    :param final_norm: see :func:`decoder_parts`.
     :returns: ``(hidden_states, logits or None)``.
     """
     kwargs: dict[str, Any] = {}
@@ -157,7 +215,7 @@ def capture_hidden_states(
         kwargs["logits_to_keep"] = 0 if return_logits else 1
     elif return_logits:
         raise TypeError(f"{type(model).__name__} has no output head for logits")
-    with AuxCapture(model, layer_ids) as capture:
+    with AuxCapture(model, layer_ids, final_norm) as capture:
         out = model(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .capture import AuxCapture
-from .loading import Placement, input_device, load_text_verifier
+from .loading import Placement, input_device, load_decoder
+from .resolved import resolve_verifier
 
 if TYPE_CHECKING:
     from transformers import Cache, PretrainedConfig, PreTrainedModel
@@ -52,6 +53,7 @@ class CausalVerifier:
     :param decoder: the base model (no head), possibly dispatched by accelerate.
     :param head: ``[vocab, hidden]`` output head weight.
     :param layer_ids: the aux layer ids the draft was trained on.
+    :param final_norm: see :func:`~.capture.decoder_parts`.
     """
 
     decoder: PreTrainedModel
@@ -60,9 +62,10 @@ class CausalVerifier:
     text_config: PretrainedConfig
     eos_ids: set[int] = field(default_factory=set)
     forwards: int = 0
+    final_norm: str | None = None
 
     def __post_init__(self) -> None:
-        self._capture = AuxCapture(self.decoder, self.layer_ids)
+        self._capture = AuxCapture(self.decoder, self.layer_ids, self.final_norm)
         self.device = input_device(self.decoder)
         from speculators.models.verifier_logits import resolve_logit_transform
 
@@ -124,31 +127,19 @@ def load_causal_verifier(
 
     :raises VerifierWeightsError: the decoder or the head cannot be located.
     """
-    from speculators.utils.verifier_weights import (
-        load_verifier_tensors,
-        resolve_verifier_weights,
-    )
+    from speculators.utils.verifier_weights import load_verifier_tensors
 
-    decoder, text_config, _ = load_text_verifier(
-        verifier,
-        dtype=dtype,
-        device=device,
-        trust_remote_code=trust_remote_code,
-        weight_overrides=weight_overrides,
-        placement=placement,
+    resolved = resolve_verifier(
+        verifier, trust_remote_code=trust_remote_code, weight_overrides=weight_overrides
     )
-    spec = resolve_verifier_weights(
-        str(verifier),
-        text_config=text_config,
-        trust_remote_code=trust_remote_code,
-        **{k: v for k, v in (weight_overrides or {}).items() if v is not None},
-    )
-    tensors = load_verifier_tensors(spec, load_embed=False, load_norm=False)
+    decoder = load_decoder(resolved, dtype=dtype, device=device, placement=placement)
+    tensors = load_verifier_tensors(resolved.weights, load_embed=False, load_norm=False)
     head_device = input_device(decoder) if placement is None else torch.device("cpu")
     return CausalVerifier(
         decoder=decoder,
         head=tensors.head.to(device=head_device, dtype=dtype),
         layer_ids=list(layer_ids),
-        text_config=text_config,
-        eos_ids=eos_token_ids(verifier, text_config),
+        text_config=resolved.text_config,
+        eos_ids=eos_token_ids(verifier, resolved.text_config),
+        final_norm=resolved.final_norm,
     )

@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import CommandError
+from .capture import embedding_path
 from .resolved import (
     ResolvedVerifier,
-    decoder_prefix,
+    decoder_weights,
     local_verifier,
     resolve_verifier,
 )
@@ -41,12 +42,12 @@ if TYPE_CHECKING:
 __all__ = [
     "DTYPES",
     "Placement",
-    "decoder_class",
-    "decoder_prefix",
+    "decoder_weights",
     "input_device",
     "load_decoder",
     "load_text_verifier",
     "local_verifier",
+    "meta_decoder",
     "parse_max_memory",
 ]
 
@@ -150,11 +151,15 @@ def _module_decoder_class(
     return found[0] if len(found) == 1 else None
 
 
-def decoder_class(
+def meta_decoder(
     text_config: PretrainedConfig, *, trust_remote_code: bool = False
-) -> type[PreTrainedModel]:
-    """The decoder class (base model, no head): ``AutoModel``, else the base model
-    of ``AutoModelForCausalLM``, else the config's own module's model class."""
+) -> PreTrainedModel:
+    """The text decoder (base model, no head) built on the meta device: from
+    ``AutoModel``, else the base model of ``AutoModelForCausalLM``, else the
+    config's own module's model class.
+
+    :raises TypeError: ``transformers`` has no class for it.
+    """
     from transformers import AutoModel, AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
@@ -168,14 +173,27 @@ def decoder_class(
             except ValueError as err:
                 errors.append(str(err).splitlines()[0])
                 continue
-            return type(model.base_model)
-    found = _module_decoder_class(text_config)
-    if found is not None:
-        return found
+            return model.base_model
+        found = _module_decoder_class(text_config)
+        if found is not None:
+            return found(text_config)
     raise TypeError(
         f"no text decoder class for {type(text_config).__name__} "
         f"(model_type {text_config.model_type!r}): {'; '.join(errors)}"
     )
+
+
+def _load_prefix(decoder: torch.nn.Module, verifier: ResolvedVerifier) -> str:
+    """The checkpoint prefix that maps onto the decoder class's own keys: the
+    embedding key less the embedding's path in the class (OPT's decoder class
+    holds its layers under ``decoder.``, the checkpoint under ``model.decoder.``);
+    the resolved prefix where the two do not meet."""
+    path = embedding_path(decoder)
+    key = verifier.weights.embed.key
+    tail = f"{path}.weight"
+    if path and (key == tail or key.endswith(f".{tail}")):
+        return key[: -len(tail)].removesuffix(".")
+    return verifier.prefix
 
 
 def _from_pretrained(
@@ -222,12 +240,12 @@ def load_decoder(
 
     text_config, prefix = verifier.text_config, verifier.prefix
     trust_remote_code = verifier.trust_remote_code
-    cls = decoder_class(text_config, trust_remote_code=trust_remote_code)
+    meta = meta_decoder(text_config, trust_remote_code=trust_remote_code)
     model, info = _from_pretrained(
-        cls,
+        type(meta),
         verifier.path,
         text_config,
-        prefix,
+        _load_prefix(meta, verifier),
         dtype=dtype,
         trust_remote_code=trust_remote_code,
         **(
@@ -261,7 +279,7 @@ def load_text_verifier(
     """The verifier's text decoder with its weights, in eval mode: resolved
     (:func:`resolve_verifier`), then loaded (:func:`load_decoder`).
 
-    :param weight_overrides: see :func:`decoder_prefix`.
+    :param weight_overrides: see :func:`decoder_weights`.
     :param placement: see :func:`load_decoder`.
     :returns: ``(decoder, text_config, decoder_prefix)``.
     :raises FileNotFoundError: ``verifier`` is not a local directory.

@@ -17,11 +17,13 @@ from ..errors import MissingInputError
 from .shards import require_whole_shards
 
 if TYPE_CHECKING:
+    from speculators.utils.verifier_weights import VerifierWeightSpec
     from transformers import PretrainedConfig
 
 __all__ = [
     "ResolvedVerifier",
-    "decoder_prefix",
+    "decoder_weights",
+    "final_norm_path",
     "local_verifier",
     "resolve_decoder",
     "resolve_verifier",
@@ -36,15 +38,37 @@ class ResolvedVerifier:
     :param source: the verifier as the caller named it (messages, provenance).
     :param path: its local checkpoint directory.
     :param text_config: its text (decoder) config.
-    :param prefix: the checkpoint prefix of the decoder's keys (``""``: none).
+    :param weights: its embedding, head and final norm as training resolves them.
     :param trust_remote_code: whether the checkpoint's own code may run.
     """
 
     source: str | Path
     path: Path
     text_config: PretrainedConfig
-    prefix: str
+    weights: VerifierWeightSpec
     trust_remote_code: bool = False
+
+    @property
+    def prefix(self) -> str:
+        """The checkpoint prefix of the decoder's keys (``""``: none)."""
+        return self.weights.prefix or ""
+
+    @property
+    def final_norm(self) -> str | None:
+        """See :func:`final_norm_path`."""
+        return final_norm_path(self.weights)
+
+
+def final_norm_path(weights: VerifierWeightSpec) -> str | None:
+    """The final norm's module path under the decoder's body (the module holding
+    its embedding, which the prefix names): ``norm``, or what
+    ``--verifier-norm-key`` named (LFM2's ``embedding_norm``); None when the
+    norm is not under the prefix."""
+    norm = weights.norm
+    lead = f"{weights.prefix}." if weights.prefix else ""
+    if norm is None or not norm.key.startswith(lead):
+        return None
+    return norm.key[len(lead) :].removesuffix(".weight")
 
 
 def local_verifier(verifier: str | Path) -> Path:
@@ -72,14 +96,15 @@ def whole_local_verifier(verifier: str | Path) -> Path:
     return path
 
 
-def decoder_prefix(
+def decoder_weights(
     verifier: Path,
     text_config: PretrainedConfig,
     *,
     trust_remote_code: bool = False,
     overrides: Mapping[str, str | None] | None = None,
-) -> str:
-    """The checkpoint prefix of the decoder's keys, exactly as training resolves it.
+) -> VerifierWeightSpec:
+    """The decoder's embedding, head and final norm, exactly as training resolves
+    them (the prefix of the decoder's keys with them).
 
     :param overrides: ``prefix`` / ``embed_key`` / ``head_key`` / ``norm_key`` of
         :func:`resolve_verifier_weights` (the ``--verifier-*`` flags).
@@ -87,13 +112,12 @@ def decoder_prefix(
     """
     from speculators.utils.verifier_weights import resolve_verifier_weights
 
-    spec = resolve_verifier_weights(
+    return resolve_verifier_weights(
         str(verifier),
         text_config=text_config,
         trust_remote_code=trust_remote_code,
         **{k: v for k, v in (overrides or {}).items() if v is not None},
     )
-    return spec.prefix or ""
 
 
 def resolve_decoder(
@@ -107,15 +131,15 @@ def resolve_decoder(
     """The last step of :func:`resolve_verifier`, for a caller that has checked
     ``path`` (:func:`whole_local_verifier`) and read ``text_config`` in its own order.
 
-    :raises VerifierWeightsError: see :func:`decoder_prefix`.
+    :raises VerifierWeightsError: see :func:`decoder_weights`.
     """
-    prefix = decoder_prefix(
+    weights = decoder_weights(
         path,
         text_config,
         trust_remote_code=trust_remote_code,
         overrides=weight_overrides,
     )
-    return ResolvedVerifier(verifier, path, text_config, prefix, trust_remote_code)
+    return ResolvedVerifier(verifier, path, text_config, weights, trust_remote_code)
 
 
 def resolve_verifier(
@@ -126,7 +150,7 @@ def resolve_verifier(
 ) -> ResolvedVerifier:
     """The local directory (shards checked), the text config and the decoder prefix.
 
-    :param weight_overrides: see :func:`decoder_prefix`.
+    :param weight_overrides: see :func:`decoder_weights`.
     :raises MissingInputError: ``verifier`` is not a local directory.
     :raises BrokenShardError: a shard of its weight map is missing or damaged.
     :raises VerifierWeightsError: the decoder cannot be located.

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from datasets import Dataset
-from helpers import reordered_words, run, unread_flags
+from helpers import reordered_words, rows_dataset, run, unread_flags
 from safetensors import safe_open
 from safetensors.torch import load_file
 from speculators.data_generation.provenance import PROVENANCE_KEY, read_provenance
@@ -139,17 +138,6 @@ def _two_decoders(kimi: Path, out: Path) -> Path:
     return out
 
 
-def _rows_dataset(path: Path, rows: list[list[int]]) -> Path:
-    Dataset.from_dict(
-        {
-            "input_ids": rows,
-            "loss_mask": [[1] * len(r) for r in rows],
-            "seq_len": [len(r) for r in rows],
-        }
-    ).save_to_disk(str(path))
-    return path
-
-
 @pytest.mark.slow
 def test_decoder_is_the_one_training_resolves(kimi, tmp_path):
     """Two decoders fit: the trainer's error, one line; the trainer's flag chooses."""
@@ -158,7 +146,7 @@ def test_decoder_is_the_one_training_resolves(kimi, tmp_path):
     both = _two_decoders(kimi, tmp_path / "both")
     with pytest.raises(VerifierWeightsError, match="Ambiguous verifier decoder"):
         resolve_verifier_weights(str(both))
-    data = _rows_dataset(tmp_path / "data", [[2, 5, 9, 11, 40, 3], [2, 8, 3]])
+    data = rows_dataset(tmp_path / "data", [[2, 5, 9, 11, 40, 3], [2, 8, 3]])
     proc = run(
         [*CLI, "--verifier", str(both), "--data-path", str(data), "--no-progress"],
         check=False,
@@ -344,7 +332,7 @@ def test_context_length_error_names_the_sample(llama, tmp_path):
     cfg["max_position_embeddings"] = 16
     (short / "config.json").write_text(json.dumps(cfg))
     rows = [list(range(10, 20)), list(range(10, 40)), list(range(10, 15))]
-    data = _rows_dataset(tmp_path / "data", rows)
+    data = rows_dataset(tmp_path / "data", rows)
     proc = run([*CLI, "--verifier", str(short), "--data-path", str(data)], check=False)
     assert proc.returncode == 1
     assert "sample 1 has 30 tokens" in proc.stderr
@@ -361,7 +349,7 @@ def test_a_token_past_the_verifiers_vocabulary_is_refused_before_loading(
 
     verifier, _ = llama
     vocab = json.loads((verifier / "config.json").read_text())["vocab_size"]
-    data = _rows_dataset(tmp_path / "data", [[1, 2, 3], [4, vocab + 5, 6]])
+    data = rows_dataset(tmp_path / "data", [[1, 2, 3], [4, vocab + 5, 6]])
     argv = ["generate-hidden-states", "--verifier", str(verifier)]
     assert cli.main([*argv, "--data-path", str(data)]) == 1
     err = capsys.readouterr().err
@@ -428,7 +416,7 @@ def test_a_broken_layer_shard_is_one_line(kimi, tmp_path, monkeypatch, capsys, d
     else:
         shard.write_bytes(shard.read_bytes()[:-16])
         state = f"truncated ({size - 16} of {size} bytes)"
-    data = _rows_dataset(tmp_path / "data", [[2, 5, 9, 11], [2, 8, 3]])
+    data = rows_dataset(tmp_path / "data", [[2, 5, 9, 11], [2, 8, 3]])
     out = tmp_path / "hs"
     monkeypatch.delenv("SPECULATORS_TRACEBACK", raising=False)
     argv = ["generate-hidden-states", "--verifier", str(verifier)]
@@ -451,7 +439,7 @@ def test_a_broken_layer_shard_is_one_line(kimi, tmp_path, monkeypatch, capsys, d
 def test_generate_in_process_matches_model(kimi, tmp_path):
     """Hidden states written for a Kimi-shaped verifier equal an unbatched run."""
     rows = [[2, 5, 9, 11, 40, 3], [2, 7, 7, 100, 200, 300, 400, 3, 5], [2, 8, 3]]
-    data = _rows_dataset(tmp_path / "data", rows)
+    data = rows_dataset(tmp_path / "data", rows)
     res = generate_hidden_states(
         kimi, data, dtype="float32", device="cpu", batch_size=3, progress=False
     )
@@ -482,7 +470,7 @@ def test_files_of_another_verifier_are_redone_or_refused(kimi, tmp_path):
     the output directory are not B's, whatever their shapes say."""
 
     rows = [[2, 5, 9, 11], [2, 7, 7, 100, 200], [2, 8, 3]]
-    data = _rows_dataset(tmp_path / "data", rows)
+    data = rows_dataset(tmp_path / "data", rows)
     out = data / "hidden_states"
     generate_hidden_states(kimi, data, dtype="float32", device="cpu", progress=False)
     other = tmp_path / "kimi-b"
@@ -514,7 +502,7 @@ def test_files_made_with_other_flags_are_kept_unless_overwritten(kimi, tmp_path)
     """A rerun that forgot --target-layer-ids or --dtype would replace the work
     it meant to resume: refused before loading, naming both; --overwrite redoes
     them."""
-    data = _rows_dataset(tmp_path / "data", [[2, 5, 9, 11], [2, 8, 3]])
+    data = rows_dataset(tmp_path / "data", [[2, 5, 9, 11], [2, 8, 3]])
     out = data / "hidden_states"
     first = {"dtype": "float32", "device": "cpu", "progress": False}
     generate_hidden_states(kimi, data, target_layer_ids=[1, 2, 3], **first)

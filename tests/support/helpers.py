@@ -219,3 +219,20 @@ def unread_flags(
     options = options_from_args(argparse.Namespace(**values))
     text = repr(options)
     return [d for d in dests if d not in fixed and f"<{d}>" not in text], options
+
+
+def rows_dataset(path: Path, rows: list[list[int]]) -> Path:
+    """A prepare-data dataset of these token rows, saved in the torch format
+    ``prepare-data`` saves (upstream ``preprocessing.py``: ``set_format("torch")``)."""
+    from datasets import Dataset
+
+    ds = Dataset.from_dict(
+        {
+            "input_ids": rows,
+            "loss_mask": [[1] * len(r) for r in rows],
+            "seq_len": [len(r) for r in rows],
+        }
+    )
+    ds.set_format(type="torch")
+    ds.save_to_disk(str(path))
+    return path

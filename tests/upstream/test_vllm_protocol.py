@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from datasets import Dataset
-from helpers import BIN, run
+from helpers import BIN, rows_dataset, run
 from safetensors import safe_open
 from safetensors.torch import load_file
 from speculators.cli import app
@@ -32,22 +31,6 @@ from speculators_kimi.tiny_verifier import build_kimi_tiny
 ROWS = [
     [2, *[(7 * i + 3 * j) % 200 + 4 for j in range(2 * i + 1)], 3] for i in range(8)
 ]
-
-
-def _rows_dataset(path: Path, rows: list[list[int]]) -> Path:
-    """A prepare-data dataset of these token rows, saved in the torch format
-    ``prepare-data`` saves (upstream ``preprocessing.py``: ``set_format("torch")``;
-    ``generate-offline-data`` calls ``.tolist()`` on the rows)."""
-    ds = Dataset.from_dict(
-        {
-            "input_ids": rows,
-            "loss_mask": [[1] * len(r) for r in rows],
-            "seq_len": [len(r) for r in rows],
-        }
-    )
-    ds.set_format(type="torch")
-    ds.save_to_disk(str(path))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +47,7 @@ def test_offline_files_from_vllm_protocol_equal_ours(kimi, tmp_path):
     CPU one row at a time (``batch_size=1``, so no padding). Not compared: the
     metadata (vLLM's ``save_file`` writes none; ours carries the provenance).
     """
-    data = _rows_dataset(tmp_path / "data", ROWS)
+    data = rows_dataset(tmp_path / "data", ROWS)
     storage, offline = tmp_path / "vllm-storage", tmp_path / "offline"
     with VllmHiddenStatesServer(kimi, storage) as server:
         assert server.layer_ids == [2, 4, 5, 8]
@@ -149,7 +132,7 @@ def test_online_training_reads_states_from_vllm_protocol(kimi, tmp_path):
     """``speculators train --vllm-endpoint`` (no hidden_states on disk) trains on
     the stand-in's states: every step's batch came from a completions request,
     the losses are finite and non-zero, and the round-trip files are gone."""
-    data = _rows_dataset(tmp_path / "data", ROWS)
+    data = rows_dataset(tmp_path / "data", ROWS)
     storage, save = tmp_path / "vllm-storage", tmp_path / "run"
     steps = 2
     with VllmHiddenStatesServer(kimi, storage) as server:
@@ -203,7 +186,7 @@ def test_online_training_without_a_working_server_is_one_line(kimi, tmp_path):
         check_generation_endpoint,
     )
 
-    data = _rows_dataset(tmp_path / "data", ROWS)
+    data = rows_dataset(tmp_path / "data", ROWS)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
