@@ -122,6 +122,23 @@ def _draft_and_memory(
             draft_vocab=draft_vocab,
             trust_remote_code=options.trust_remote_code,
         )
+    except AttributeError as err:
+        # A config without a field the draft copies: a verifier without
+        # attention layers (Mamba, RWKV) has no num_attention_heads.
+        report.problems.append(
+            Problem(
+                "speculators train cannot build its default draft from this "
+                f"verifier's config: {err}.",
+                "Give speculators train --draft-config, a decoder config for the "
+                "draft (its model_type and attention heads; the verifier's "
+                "hidden_size).",
+            )
+        )
+        return
+    except Exception as err:
+        report.problems.append(_problem_for(err))
+        return
+    try:
         report.memory = estimate_memory(
             draft,
             draft_vocab=draft_vocab,

@@ -544,3 +544,20 @@ def test_a_decoder_transformers_cannot_build_is_a_problem(tmp_path, capsys):
     assert "cannot load its text decoder" in problem["problem"]
     assert "'my_custom_lm'" in problem["problem"]
     assert problem["fix"] == "Its config names its own code: pass --trust-remote-code."
+
+
+def test_a_verifier_without_attention_names_the_draft_config_flag(tmp_path, capsys):
+    """Mamba has no attention heads for the default draft to copy: one problem
+    naming ``--draft-config`` (it was "AttributeError ... See the message.")."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    config = MambaConfig(
+        vocab_size=VOCAB, hidden_size=32, state_size=4, num_hidden_layers=LAYERS
+    )
+    MambaForCausalLM(config).save_pretrained(tmp_path / "mamba")
+    code, report = _doctor(capsys, str(tmp_path / "mamba"))
+    assert code == 1
+    (problem,) = report["problems"]
+    assert "cannot build its default draft" in problem["problem"]
+    assert "'num_attention_heads'" in problem["problem"]
+    assert "--draft-config" in problem["fix"]
