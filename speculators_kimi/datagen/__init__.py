@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from .generate import (
     GenerationResult,
+    OtherDataError,
     OtherSettingsError,
     OtherVerifierError,
     OutputDirError,
@@ -51,6 +52,7 @@ __all__ = [
     "ContextLengthError",
     "GenerationOptions",
     "GenerationResult",
+    "OtherDataError",
     "OtherSettingsError",
     "OtherVerifierError",
     "OutputDirError",

@@ -113,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
         f", {res.other_verifier} of them replacing another verifier's"
         if res.other_verifier
         else ""
+    ) + (
+        f", {res.other_tokens} replacing states of other tokens"
+        if res.other_tokens
+        else ""
     )
     if res.rank == 0:
         ranks = f" by {res.world_size} ranks" if res.world_size > 1 else ""

@@ -26,6 +26,7 @@ from . import store
 from .options import GenerationOptions
 from .plan import (
     GenerationPlan,
+    OtherDataError,
     OtherSettingsError,
     OtherVerifierError,
     plan_generation,
@@ -39,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "GenerationResult",
+    "OtherDataError",
     "OtherSettingsError",
     "OtherVerifierError",
     "OutputDirError",
@@ -59,6 +61,8 @@ class GenerationResult:
     prefix: str
     #: Files of another verifier found (and regenerated).
     other_verifier: int = 0
+    #: Files of other tokens found (and regenerated).
+    other_tokens: int = 0
     #: This process's rank and the job's size (``torchrun``); ``written`` is
     #: the whole job's.
     rank: int = 0
@@ -115,6 +119,8 @@ def run_generation(options: GenerationOptions) -> GenerationResult:
     :raises OtherVerifierError: see ``options.on_mismatch``.
     :raises OtherSettingsError: finished files of other layer ids or dtype, and
         not ``options.overwrite``.
+    :raises OtherDataError: finished files of other tokens in an output directory
+        that is not the dataset's own, and not ``options.overwrite``.
     :raises OutputDirError: the output directory cannot be written.
     :raises VerifierWeightsError: the decoder's weights cannot be located.
     :raises BrokenShardError: a shard of the weight map is missing or damaged.
@@ -139,6 +145,7 @@ def run_generation(options: GenerationOptions) -> GenerationResult:
         plan.skipped,
         plan.verifier.prefix,
         plan.other_verifier,
+        plan.other_tokens,
         rank=plan.ranks.rank,
         world_size=plan.ranks.world_size,
     )

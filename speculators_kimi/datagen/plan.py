@@ -34,6 +34,7 @@ __all__ = [
     "ContextLengthError",
     "DataVocabularyError",
     "GenerationPlan",
+    "OtherDataError",
     "OtherSettingsError",
     "OtherVerifierError",
     "check_context",
@@ -58,6 +59,12 @@ class DataVocabularyError(CommandError):
 class OtherSettingsError(CommandError):
     """Finished files made with other ``--target-layer-ids`` or ``--dtype`` are
     in the output directory, and ``--overwrite`` was not given."""
+
+
+class OtherDataError(CommandError):
+    """Finished files of other tokens are in an output directory that is not
+    the dataset's own, and ``--overwrite`` was not given (another dataset's
+    states, which a rerun would replace)."""
 
 
 class OtherVerifierError(CommandError):
@@ -99,6 +106,12 @@ class GenerationPlan:
     def other_verifier(self) -> int:
         """Finished files of another verifier (regenerated)."""
         return self.states.count(store.FileState.OTHER_VERIFIER)
+
+    @property
+    def other_tokens(self) -> int:
+        """Finished files of other tokens: the dataset's earlier preparation's,
+        or another dataset's with ``--overwrite`` (regenerated)."""
+        return self.states.count(store.FileState.OTHER_TOKENS)
 
 
 def default_target_layer_ids(
@@ -227,6 +240,8 @@ def plan_generation(options: GenerationOptions) -> GenerationPlan:
         _refuse_other_verifier(states, out_dir, verifier)
     if not options.overwrite:
         _refuse_other_settings(states, out_dir, layer_ids, dtype)
+        if out_dir.resolve() != (data_path / store.HS_DIRNAME).resolve():
+            _refuse_other_data(states, out_dir, data_path)
     batches = plan_batches(
         [len(r) for r in rows],
         batch_size=options.batch_size,
@@ -332,6 +347,23 @@ def _refuse_other_settings(
         f"for {' '.join(map(str, layer_ids))} and {ours}: pass theirs to resume "
         "them, --overwrite to regenerate them with these, or another --output-dir"
     )
+
+
+def _refuse_other_data(
+    states: Sequence[store.FileState], out_dir: Path, data_path: Path
+) -> None:
+    """:raises OtherDataError: finished files of other tokens are in ``out_dir``,
+    which is not ``data_path``'s own folder: another dataset's work (in the
+    dataset's own folder they are its earlier preparation's, replaced)."""
+    others = [i for i, s in enumerate(states) if s is store.FileState.OTHER_TOKENS]
+    if others:
+        raise OtherDataError(
+            f"{len(others)} of {len(states)} files in {out_dir} (the first: "
+            f"{store.hs_path(out_dir, others[0]).name}) hold the states of other "
+            f"tokens than {data_path}'s rows: another dataset's; pass --overwrite "
+            f"to replace them, or another --output-dir (default: "
+            f"{data_path / store.HS_DIRNAME})"
+        )
 
 
 def _refuse_other_verifier(

@@ -98,7 +98,10 @@ class FileState(Enum):
     #: Whole, of these tokens, but made with other ``--target-layer-ids`` or
     #: ``--dtype``: a rerun that forgot a flag, replaced only on ``--overwrite``.
     OTHER_SETTINGS = "other settings"
-    #: Torn, or of other tokens (the dataset was prepared again).
+    #: Whole, but of other tokens: the dataset was prepared again, or the
+    #: folder holds another dataset's states.
+    OTHER_TOKENS = "other tokens"
+    #: Torn (a killed write), or not a hidden-states file.
     STALE = "stale"
 
 
@@ -125,7 +128,9 @@ def file_state(
             tok = f.get_tensor("token_ids")
     except Exception:
         return FileState.STALE
-    if tok.tolist() != list(token_ids) or shape[:1] != [len(token_ids)]:
+    if tok.tolist() != list(token_ids):
+        return FileState.OTHER_TOKENS
+    if shape[:1] != [len(token_ids)]:
         return FileState.STALE
     if made_by.get("target_layer_ids") != list(layer_ids) or stored != _ST_DTYPES.get(
         dtype

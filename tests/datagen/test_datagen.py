@@ -27,6 +27,7 @@ from transformers import (
 )
 
 from speculators_kimi.datagen import (
+    OtherDataError,
     OtherSettingsError,
     OtherVerifierError,
     default_target_layer_ids,
@@ -257,13 +258,13 @@ def test_cli_output_is_upstream_format_and_resume_is_byte_identical(llama, tmp_p
         assert proc2.returncode == 130, stopped
         assert "interrupted: generate-hidden-states stopped" in stopped
         assert "Traceback" not in stopped, stopped
-    # Damage what survived: a truncated file, a stale temp file, a file with the
-    # wrong token ids (valid safetensors), and a missing one.
+    # Damage what survived: a truncated file, a stale temp file, a file with
+    # fewer rows of states than tokens (valid safetensors), and a missing one.
     names = sorted(ref)
     (part / names[0]).write_bytes(ref[names[0]][:100])
     (part / f".{names[1]}.tmp999").write_bytes(b"junk")
     bad = load_file(ref_dir / names[2])
-    bad["token_ids"] = bad["token_ids"] + 1
+    bad["hidden_states"] = bad["hidden_states"][1:].contiguous()
     from safetensors.torch import save_file
 
     save_file(bad, str(part / names[2]))
@@ -517,6 +518,34 @@ def test_files_made_with_other_flags_are_kept_unless_overwritten(kimi, tmp_path)
     res = generate_hidden_states(kimi, data, overwrite=True, progress=False)
     assert (res.written, res.skipped) == (2, 0)
     assert read_provenance(out / "hs_0.safetensors")["target_layer_ids"] == [2, 4, 5]
+
+
+def test_files_of_another_dataset_are_kept_unless_overwritten(kimi, tmp_path):
+    """--output-dir pointing at another dataset's states would replace hours of
+    its work: refused before loading; in a dataset's own folder, files of other
+    tokens are its earlier preparation's and are redone."""
+    first = {"dtype": "float32", "device": "cpu", "progress": False}
+    data_a = rows_dataset(tmp_path / "a", [[2, 5, 9, 11], [2, 8, 3]])
+    generate_hidden_states(kimi, data_a, **first)
+    theirs = data_a / "hidden_states"
+    mine = _snapshot(theirs)
+    shutil.copytree(theirs, tmp_path / "a_states")
+    data_b = rows_dataset(tmp_path / "b", [[2, 5, 9, 11], [2, 7, 7, 3]])
+    with pytest.raises(OtherDataError) as raised:
+        generate_hidden_states(kimi, data_b, output_dir=theirs, **first)
+    message = str(raised.value)
+    assert message.startswith(f"1 of 2 files in {theirs} (the first: hs_1")
+    assert f"other tokens than {data_b}'s rows" in message
+    assert f"--output-dir (default: {data_b / 'hidden_states'})" in message
+    assert _snapshot(theirs) == mine
+    res = generate_hidden_states(
+        kimi, data_b, output_dir=theirs, overwrite=True, **first
+    )
+    assert res.written == 2
+    # The same dataset prepared again, its states beside it: redone, no flag.
+    shutil.copytree(tmp_path / "a_states", data_b / "hidden_states")
+    res = generate_hidden_states(kimi, data_b, **first)
+    assert (res.written, res.skipped, res.other_tokens) == (1, 1, 1)
 
 
 def test_an_output_dir_that_is_a_file_is_one_line(llama, tmp_path, capsys):
