@@ -24,7 +24,7 @@ from .k3_dspark import (
 )
 from .serving_config import carried_files, layout_of, serving_config
 from .weights import served_tensors
-from .write import check_out, write_export
+from .write import check_not_an_input, check_out, write_export
 
 __all__ = ["PROFILE_NAME", "ExportResult", "export_draft"]
 
@@ -76,13 +76,7 @@ def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str
                 f"checkpoints, e.g. the best: {best}"
             )
         raise ExportError(f"{checkpoint}: no config.json; is it a checkpoint?")
-    if out.resolve() == checkpoint.resolve():
-        raise ExportError("--out must differ from the checkpoint (it stays as is)")
-    if out.resolve() in checkpoint.resolve().parents:
-        raise ExportError(
-            f"--out {out} holds the checkpoint {checkpoint}, which the export would "
-            "replace; choose a directory outside it"
-        )
+    check_not_an_input(out, {"the checkpoint": checkpoint})
     check_out(out, overwrite)
     try:
         config: dict[str, Any] = json.loads(config_file.read_text())
@@ -193,6 +187,10 @@ def export_draft(
     recorded_verifier = config["speculators_config"]["verifier"]
     recorded = recorded_verifier.get("name_or_path")
     local = verifier or recorded
+    reads = {"the verifier": Path(local)} if local and Path(local).is_dir() else {}
+    if profile is not None:
+        reads["the profile"] = Path(profile)
+    check_not_an_input(out, reads)
     hub_id = serving_verifier_id(
         verifier_id=verifier_id, recorded=recorded, local=local
     )

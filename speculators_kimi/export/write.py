@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import ExportError
 
-__all__ = ["check_out", "write_export"]
+__all__ = ["check_not_an_input", "check_out", "write_export"]
 
 
 def check_out(out: Path, overwrite: bool) -> None:
@@ -50,6 +50,20 @@ def check_out(out: Path, overwrite: bool) -> None:
             f"--out {out} is not empty ({_shown([p.name for p in held])}); choose a "
             "new directory, or pass --overwrite to replace it whole"
         )
+
+
+def check_not_an_input(out: Path, inputs: Mapping[str, Path]) -> None:
+    """Refuse an ``out`` that is, or holds, what the export reads (``inputs``:
+    what each is, e.g. ``"the verifier"``): replacing ``out`` whole deleted it."""
+    target = out.resolve()
+    for what, path in inputs.items():
+        where = path.expanduser().resolve()
+        if target == where or target in where.parents:
+            relation = "is" if target == where else "holds"
+            raise ExportError(
+                f"--out {out} {relation} {what} {path}, which the export reads and "
+                "would replace; choose a directory outside it"
+            )
 
 
 def _shown(names: list[str]) -> str:

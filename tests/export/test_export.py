@@ -82,7 +82,7 @@ def test_export_writes_what_vllm_reads(trained_demo, tmp_path):
 
     with pytest.raises(ExportError, match="ORG/NAME"):
         export_draft(ckpt, tmp_path / "x", verifier_id=str(verifier))
-    with pytest.raises(ExportError, match="must differ"):
+    with pytest.raises(ExportError, match=f"--out {ckpt} is the checkpoint"):
         export_draft(ckpt, ckpt, verifier_id=HUB_ID)
     run_dir = tmp_path / "checkpoints"
     (run_dir / "checkpoint_best").mkdir(parents=True)
@@ -153,6 +153,15 @@ def test_overwrite_never_replaces_the_run_it_exports_from(
     with pytest.raises(ExportError, match=r"holds directories \(checkpoints\)"):
         export_draft(other, tmp_path / "run", verifier_id=HUB_ID, overwrite=True)
     assert snapshot(tmp_path / "run") == before
+    # Nor the verifier it reads (files only, like an export): it was replaced.
+    verifier = tiny_draft_checkpoint.parent / "verifier"
+    kept = snapshot(verifier)
+    for given in (None, str(verifier)):
+        with pytest.raises(ExportError, match=f"--out {verifier} is the verifier"):
+            export_draft(
+                other, verifier, verifier=given, verifier_id=HUB_ID, overwrite=True
+            )
+    assert snapshot(verifier) == kept
 
 
 def test_out_holding_the_working_directory_is_refused(
