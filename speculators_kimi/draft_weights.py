@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .errors import MissingInputError
 
-__all__ = ["draft_weights"]
+__all__ = ["draft_weights", "tensor_digests"]
 
 
 def draft_weights(checkpoint: str | Path, advice: str) -> Path:
@@ -34,3 +34,22 @@ def draft_weights(checkpoint: str | Path, advice: str) -> Path:
             f"{weights} is torn or not a safetensors file ({err}); {advice}"
         ) from None
     return weights
+
+
+def tensor_digests(weights: str | Path) -> dict[str, str]:
+    """Each tensor of a safetensors file by name -> sha256 of its dtype, shape and
+    bytes, read one at a time: an export renames and drops a checkpoint's
+    tensors but never changes one, so its digests are among the checkpoint's."""
+    import hashlib
+
+    import torch
+    from safetensors import safe_open
+
+    digests = {}
+    with safe_open(str(weights), framework="pt") as f:
+        for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+            tensor = f.get_tensor(name).contiguous()
+            digest = hashlib.sha256(f"{tensor.dtype}{list(tensor.shape)}".encode())
+            digest.update(tensor.view(torch.uint8).numpy().tobytes())
+            digests[name] = digest.hexdigest()
+    return digests

@@ -132,6 +132,22 @@ def _draft_kind(config: dict[str, Any]) -> str:
     return "dspark" if config.get("model_type") == K3_MODEL_TYPE else "eagle3"
 
 
+def _check_written_from(args: argparse.Namespace, export: Path, trained: Path) -> None:
+    """The export's tensors are the checkpoint's (renamed or not): a checkpoint of
+    another epoch or run made vLLM's logits differ, which blamed vLLM."""
+    from ..draft_weights import tensor_digests
+
+    theirs = set(tensor_digests(trained).values())
+    foreign = [n for n, d in tensor_digests(export).items() if d not in theirs]
+    if foreign:
+        raise CommandError(
+            f"export {args.export} was not written from --checkpoint "
+            f"{args.checkpoint}: {len(foreign)} of its tensors (e.g. {foreign[0]}) "
+            "are not in it; give the checkpoint the export was written from, or "
+            f"export this one: speculators-kimi export {args.checkpoint} --out DIR"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``vllm-check`` from parsed arguments."""
     from ..draft_weights import draft_weights
@@ -175,8 +191,11 @@ def run(args: argparse.Namespace) -> int:
             "was written from"
         )
     local_directory(args.verifier, "--verifier", "a local copy of the verifier")
-    for path in (args.export, args.checkpoint):
+    weights = [
         draft_weights(path, "export again from a whole checkpoint")
+        for path in (args.export, args.checkpoint)
+    ]
+    _check_written_from(args, *weights)
     # another width, vocabulary or depth: one line, not the scratch env's traceback
     check_draft_fits(args.checkpoint, args.verifier)
     if not args.synthetic_aux_states:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from speculators_kimi.vllm_check.cli import _check_written_from
 from speculators_kimi.vllm_check.verdict import problems
 
 #: A passing block-drafter report (the fields the verdict reads).
@@ -225,3 +226,35 @@ def test_torn_draft_weights_are_one_line(
     err = capsys.readouterr().err
     assert f"{weights} is torn or not a safetensors file" in err
     assert "Traceback" not in err
+
+
+def test_a_checkpoint_the_export_was_not_written_from_is_refused(
+    tiny_draft_checkpoint, tmp_path, capsys
+):
+    """Another epoch's checkpoint of the same kind and shape: vLLM's logits
+    "differed from the trained draft's", which blamed vLLM; now one line before
+    any environment is built. The export's own checkpoint passes the check."""
+    import argparse
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from speculators_kimi import cli
+    from speculators_kimi.export import export_draft
+
+    export = tmp_path / "serve"
+    export_draft(tiny_draft_checkpoint, export, verifier_id="org/verifier")
+    later = tmp_path / "epoch-1"
+    shutil.copytree(tiny_draft_checkpoint, later)
+    tensors = load_file(later / "model.safetensors")
+    tensors["fc.weight"] = tensors["fc.weight"] * 0.5
+    save_file(tensors, later / "model.safetensors")
+    verifier = tiny_draft_checkpoint.parent / "verifier"
+    args = ["vllm-check", str(export), "--verifier", str(verifier)]
+    assert cli.main([*args, "--checkpoint", str(later)]) == 1
+    err = capsys.readouterr().err
+    assert f"export {export} was not written from --checkpoint {later}: 1 of" in err
+    assert "(e.g. fc.weight)" in err
+    mine = argparse.Namespace(export=export, checkpoint=tiny_draft_checkpoint)
+    weights = [p / "model.safetensors" for p in (export, tiny_draft_checkpoint)]
+    _check_written_from(mine, *weights)  # no error
