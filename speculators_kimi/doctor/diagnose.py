@@ -69,6 +69,13 @@ def _problem_for(err: Exception) -> Problem:
                 "Use a speculative method its serving engine supports for it, such "
                 "as its own MTP layers where its config has num_nextn_predict_layers."
             )
+        elif "No safetensors weights" in text:
+            fix = (
+                "Give a checkpoint with safetensors weights (training reads no "
+                "pytorch_model.bin): download the repository's .safetensors files, "
+                "or load it with transformers and save_pretrained it (safetensors "
+                "by default)."
+            )
         elif "packed" in text or "quantized" in text:
             fix = "Use an unquantized or FP8 block-scaled checkpoint of the model."
         elif "missing" in text or "Corrupt" in text or "Truncated" in text:

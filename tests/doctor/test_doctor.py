@@ -301,6 +301,21 @@ def test_not_a_checkpoint(tmp_path, capsys):
     assert report["problems"]
 
 
+def test_pytorch_bin_weights_name_safetensors_as_the_fix(tmp_path, capsys):
+    """The fix said to pass the --verifier-* key flags, which cannot help."""
+    verifier = write_skeleton(
+        tmp_path / "v", gemma3_config(), prefix="model", head_key=None, sharded=False
+    )
+    (verifier / "model.safetensors.index.json").unlink()
+    (shard,) = verifier.glob("*.safetensors")
+    shard.rename(verifier / "pytorch_model.bin")
+    code, report = _doctor(capsys, str(verifier))
+    assert code == 1
+    (problem,) = report["problems"]
+    assert problem["problem"].startswith("No safetensors weights in")
+    assert "training reads no pytorch_model.bin" in problem["fix"]
+
+
 NORM_KEY = "language_model.model.norm.weight"
 LAST_SHARD = "model-00003-of-00003.safetensors"
 
