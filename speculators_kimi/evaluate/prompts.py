@@ -91,6 +91,16 @@ def dataset_prompts(
     return prompts
 
 
+def _array_hint(line: str) -> str:
+    """What to write instead when a line opens a JSON array: JSON Lines."""
+    if not line.lstrip().startswith("["):
+        return ""
+    return (
+        "; --prompts takes JSON Lines, one conversation object per line "
+        '({"messages": [...]}), not one JSON array'
+    )
+
+
 def _messages(record: Any, where: str) -> list[dict[str, Any]]:
     from speculators.data_generation.preprocessing import _normalize_conversation
 
@@ -145,7 +155,9 @@ def jsonl_prompts(
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise CommandError(f"{where}: not JSON ({err})") from err
+            raise CommandError(f"{where}: not JSON ({err}){_array_hint(line)}") from err
+        if isinstance(record, list):
+            raise CommandError(f"{where}: a JSON array{_array_hint(line)}")
         ids = renderer.render(
             _messages(record, where),
             add_generation_prompt=True,

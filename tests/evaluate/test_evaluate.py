@@ -250,6 +250,13 @@ def test_evaluate_command(trained_demo, tmp_path, capsys):
     convs.write_text('{"messages": []}\n')
     code = cli.main([*verifier, "--draft", str(ckpt), "--prompts", str(convs)])
     assert code != 0 and f"{convs}:1" in capsys.readouterr().err
+    # A JSON array (over lines, or on one) names JSON Lines.
+    turns = '{"messages": [{"role": "user", "content": "hi"}]}'
+    for text in (f"[\n{turns}\n]\n", f"[{turns}]\n"):
+        convs.write_text(text)
+        code = cli.main([*verifier, "--draft", str(ckpt), "--prompts", str(convs)])
+        err = capsys.readouterr().err
+        assert code != 0 and "--prompts takes JSON Lines" in err, err
 
 
 def test_a_moved_checkpoint_evaluates_with_the_given_verifier(trained_demo, tmp_path):
