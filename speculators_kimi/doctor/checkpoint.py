@@ -146,8 +146,10 @@ def decoder_section(
             Problem(
                 f"generate-hidden-states and evaluate cannot read its hidden states: "
                 f"{err}.",
-                "Train on hidden states vLLM extracts (`speculators launch-vllm`), "
-                "where vLLM serves this verifier.",
+                "Name the norm applied after the last layer with "
+                "--verifier-norm-key; a decoder without one layer list cannot be "
+                "read here: train on hidden states vLLM extracts (`speculators "
+                "launch-vllm`), where vLLM serves it.",
             )
         )
 
