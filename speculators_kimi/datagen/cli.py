@@ -109,15 +109,11 @@ def run(args: argparse.Namespace) -> int:
 
     check_model_source(args.verifier, "--verifier")
     res = run_generation(options_from_args(args))
-    others = (
-        f", {res.other_verifier} of them replacing another verifier's"
-        if res.other_verifier
-        else ""
-    ) + (
-        f", {res.other_tokens} replacing states of other tokens"
-        if res.other_tokens
-        else ""
+    replaced = (
+        (res.other_verifier, "of them replacing another verifier's"),
+        (res.other_tokens, "replacing states of other tokens"),
     )
+    others = "".join(f", {count} {what}" for count, what in replaced if count)
     if res.rank == 0:
         ranks = f" by {res.world_size} ranks" if res.world_size > 1 else ""
         print(

@@ -22,7 +22,6 @@ __all__ = [
     "AuxCapture",
     "UnsupportedDecoderError",
     "capture_hidden_states",
-    "decoder_body",
     "decoder_parts",
     "embedding_path",
 ]
@@ -48,7 +47,7 @@ def embedding_path(model: torch.nn.Module) -> str | None:
     return next((n for n, m in model.named_modules() if m is embed), None) or None
 
 
-def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
+def _decoder_body(model: torch.nn.Module) -> torch.nn.Module:
     """The module that holds the decoder's layers: the parent of its input
     embedding, where the weight resolver anchors the final norm too (OPT's
     ``decoder``, a multimodal model's ``language_model``), if a layer list is
@@ -68,14 +67,14 @@ def decoder_parts(
     """The decoder layer list and final norm of a base model or a ``*ForCausalLM``.
 
     :param final_norm: the final norm's module path under the decoder's body
-        (:func:`decoder_body`), as the verifier's weight spec names it
+        (:func:`_decoder_body`), as the verifier's weight spec names it
         (``--verifier-norm-key``); default: the one module of the weight
         resolver's final-norm names there.
     :raises UnsupportedDecoderError: no single layer list, or no final norm.
     """
     from speculators.utils.verifier_weights import NORM_NAMES
 
-    body = decoder_body(model)
+    body = _decoder_body(model)
     config = getattr(body, "config", None) or getattr(model, "config", None)
     n_layers = getattr(config, "num_hidden_layers", None)
     layers = [
