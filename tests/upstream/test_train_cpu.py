@@ -77,6 +77,16 @@ def test_speculators_train_on_cpu(tiny, tmp_path):
     state = json.loads((save / "0" / "training_state.json").read_text())
     assert state["local_step"] == STEPS, state
     assert not (save / "1").exists()
+    # A resume that packs that epoch otherwise would skip batches it never trained
+    # on (some rows twice, others never): one line, nothing written.
+    record = (save / "run.yaml").read_bytes()
+    other = _resumable(argv, 2)
+    other[other.index("--total-seq-len") + 1] = "64"
+    proc = run([str(BIN / other[0]), *other[1:]], cwd=tmp_path, env=WIDE, check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert f"ConfigError: {save / '0'} was saved at step {STEPS}" in proc.stderr
+    assert (save / "run.yaml").read_bytes() == record
 
 
 def _resumable(argv: list[str], epochs: int) -> list[str]:
