@@ -115,6 +115,27 @@ def run(
     return proc
 
 
+def console_in_process(
+    argv: list[str], monkeypatch: Any, capsys: Any
+) -> tuple[Any, str]:
+    """``argv`` (``speculators ...``) through the console script's function in this
+    process: its exit code and stderr. For a command line that stops before any
+    work, where a fresh interpreter's imports would be most of the test's time."""
+    from speculators.utils.cli_errors import TRACEBACK_ENV
+
+    from speculators_kimi.console import main
+
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    monkeypatch.setattr(sys, "argv", [str(arg) for arg in argv])
+    capsys.readouterr()
+    try:
+        main()
+        code: Any = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
 def vendor(
     project: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
