@@ -51,6 +51,18 @@ from speculators_kimi.verifier.shards import BrokenShardError
 CLI = [sys.executable, "-m", "speculators_kimi.datagen"]
 
 
+def _in_process(argv: list[str], capsys) -> tuple[object, str]:
+    """``speculators-kimi generate-hidden-states ARGV`` in this process: its exit
+    code and stderr (a refusal before any work needs no fresh interpreter)."""
+    from speculators_kimi import cli
+
+    try:
+        code: object = cli.main(["generate-hidden-states", *argv])
+    except SystemExit as exited:  # upstream's known errors: run_cli
+        code = exited.code
+    return code, capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory) -> tuple[Path, Path]:
     """Tiny Llama verifier and its prepare-data dataset directory (no states)."""
@@ -323,7 +335,7 @@ def test_ranks_take_disjoint_shares_in_lockstep(world, count, shares, steps):
     assert sorted(i for share in got for i in share) == list(range(count))
 
 
-def test_context_length_error_names_the_sample(llama, tmp_path):
+def test_context_length_error_names_the_sample(llama, tmp_path, capsys):
     verifier, _ = llama
     short = tmp_path / "verifier"
     short.mkdir()
@@ -334,10 +346,12 @@ def test_context_length_error_names_the_sample(llama, tmp_path):
     (short / "config.json").write_text(json.dumps(cfg))
     rows = [list(range(10, 20)), list(range(10, 40)), list(range(10, 15))]
     data = rows_dataset(tmp_path / "data", rows)
-    proc = run([*CLI, "--verifier", str(short), "--data-path", str(data)], check=False)
-    assert proc.returncode == 1
-    assert "sample 1 has 30 tokens" in proc.stderr
-    assert "max_position_embeddings=16" in proc.stderr
+    code, err = _in_process(
+        ["--verifier", str(short), "--data-path", str(data)], capsys
+    )
+    assert code == 1
+    assert "sample 1 has 30 tokens" in err
+    assert "max_position_embeddings=16" in err
     assert not any((data / "hidden_states").glob("hs_*"))
 
 
@@ -454,16 +468,13 @@ def test_generate_in_process_matches_model(kimi, tmp_path):
         torch.testing.assert_close(got["hidden_states"], want[0], atol=2e-5, rtol=1e-4)
 
 
-def test_missing_verifier_is_one_line(tmp_path):
+def test_missing_verifier_is_one_line(tmp_path, capsys):
     missing = tmp_path / "no-such-verifier"
-    proc = run(
-        [sys.executable, "-m", "speculators_kimi.cli", "generate-hidden-states"]
-        + ["--verifier", str(missing), "--data-path", str(tmp_path)],
-        check=False,
-    )
-    assert proc.returncode == 1
-    assert "Traceback" not in proc.stderr
-    assert f"{missing}: the local path does not exist" in proc.stderr
+    argv = ["--verifier", str(missing), "--data-path", str(tmp_path)]
+    code, err = _in_process(argv, capsys)
+    assert code == 1
+    assert "Traceback" not in err
+    assert f"{missing}: the local path does not exist" in err
 
 
 def test_files_of_another_verifier_are_redone_or_refused(kimi, tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import BIN, rows_dataset, run
+from helpers import BIN, console_in_process, rows_dataset, run
 from safetensors import safe_open
 from safetensors.torch import load_file
 from speculators.cli import app
@@ -175,7 +175,9 @@ def test_online_training_reads_states_from_vllm_protocol(kimi, tmp_path):
     assert all(torch.equal(online_draft[k], offline_draft[k]) for k in online_draft)
 
 
-def test_online_training_without_a_working_server_is_one_line(kimi, tmp_path):
+def test_online_training_without_a_working_server_is_one_line(
+    kimi, tmp_path, monkeypatch, capsys
+):
     """No server at the endpoint: ``train`` stops before the first step in one
     line (it trained at loss 0 and exited 0); a server extracting other layers
     than the draft's (the final state among its ids: one state short) is refused
@@ -192,15 +194,13 @@ def test_online_training_without_a_working_server_is_one_line(kimi, tmp_path):
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     save = tmp_path / "run"
     argv = _online_train_argv(kimi, data, closed, tmp_path, save)
-    proc = run(
-        [str(BIN / "speculators"), *argv], cwd=tmp_path, timeout=600, check=False
-    )
-    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    code, err = console_in_process(["speculators", *argv], monkeypatch, capsys)
+    assert code == 1, err[-2000:]
     assert (
         f"error: DataCheckError: cannot reach a vLLM server at --vllm-endpoint "
-        f"{closed}" in proc.stderr
+        f"{closed}" in err
     )
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in err
     assert not (save / "checkpoints").exists() or not any(
         (save / "checkpoints").iterdir()
     )
