@@ -1,6 +1,6 @@
 """Building a training split: reading its samples' lengths (unit 0000).
 
-    python benchmarks/approx_lengths.py [--rows 100000 1000000] [--repeats 5] [--json OUT]
+    python benchmarks/approx_lengths.py [--rows 100000 ...] [--repeats 5] [--json OUT]
 
 A prepared dataset of ``rows`` rows (saved in torch format, as `prepare-data`
 saves it), split 90/10 as `--train-data-ratio 0.9` does. Alternating, in this
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from bench_common import cpu_model  # this directory
 from datasets import Dataset
-
 from speculators.train.data import ArrowDataset
+
 from speculators_kimi.cli_args import save_json_report
 
 
@@ -65,7 +65,7 @@ def main() -> int:
             for _ in range(args.repeats):
                 for name, read in (
                     ("upstream 0.9.0", upstream_lengths),
-                    ("ours", ArrowDataset._compute_approx_lengths),  # noqa: SLF001
+                    ("ours", ArrowDataset._compute_approx_lengths),
                 ):
                     t0 = time.perf_counter()
                     lengths = read(split)
@@ -79,8 +79,10 @@ def main() -> int:
                 "ours_median_s": round(ours, 5),
                 "speedup": round(base / ours, 1),
             }
-            print(f"{rows:>9} rows: upstream {base:8.3f} s  ours {ours:8.4f} s  "
-                  f"{base / ours:7.1f}x")
+            print(
+                f"{rows:>9} rows: upstream {base:8.3f} s  ours {ours:8.4f} s  "
+                f"{base / ours:7.1f}x"
+            )
     if args.json:
         report = {
             "benchmark": "approx_lengths",

@@ -32,10 +32,22 @@ def pinned_sdist() -> Path:
     return obtain(pin.name, pin.version, pin.sdist, pin.sha256)
 
 
-def first_changed_hunk(project: Path) -> tuple[Unit, Hunk]:
-    """The first unit that changes an upstream file, and its first such hunk."""
-    for unit in load_series(project):
-        changed = [h for h in unit.hunks() if unit.files()[h.file] == "M"]
+def first_changed_hunk(
+    project: Path, *, top_untouched: bool = False
+) -> tuple[Unit, Hunk]:
+    """The first unit that changes an upstream file, and its first such hunk.
+
+    ``top_untouched``: only in a file whose first line no unit's hunk covers, so
+    that lines added at its top shift the units' hunks there without a conflict.
+    """
+    series = load_series(project)
+    top = {h.file for u in series for h in u.hunks() if h.old_start <= 1}
+    for unit in series:
+        changed = [
+            h
+            for h in unit.hunks()
+            if unit.files()[h.file] == "M" and not (top_untouched and h.file in top)
+        ]
         if changed:
             return unit, changed[0]
     raise AssertionError("no unit changes an upstream file")

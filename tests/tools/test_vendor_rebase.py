@@ -118,7 +118,7 @@ def test_unrelated_change_applies_and_moves_the_pin(
 def test_shifted_context_is_applied_with_offsets(
     project_copy, tmp_path, upstream_sdist
 ):
-    unit, first_hunk = first_changed_hunk(project_copy)
+    unit, first_hunk = first_changed_hunk(project_copy, top_untouched=True)
     file = first_hunk.file
 
     def edit(tree: Path) -> None:
