@@ -12,14 +12,12 @@ process: upstream 0.9.0's `ArrowDataset._compute_approx_lengths` expression
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from bench_common import cpu_model  # this directory
+from bench_common import cpu_report  # this directory
 from datasets import Dataset
 from speculators.train.data import ArrowDataset
 
@@ -84,14 +82,7 @@ def main() -> int:
                 f"{base / ours:7.1f}x"
             )
     if args.json:
-        report = {
-            "benchmark": "approx_lengths",
-            "date": dt.date.today().isoformat(),
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "repeats": args.repeats,
-            "results": results,
-        }
+        report = {**cpu_report("approx_lengths", args.repeats), "results": results}
         save_json_report(report, args.json, show=False)
     return 0
 

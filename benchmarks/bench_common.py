@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -30,6 +31,7 @@ __all__ = [
     "KIMI_VOCAB",
     "DraftGeometry",
     "cpu_model",
+    "cpu_report",
     "device_name",
     "draft_layer",
     "export_and_vllm_check",
@@ -50,6 +52,17 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_report(benchmark: str, repeats: int) -> dict[str, Any]:
+    """The head of a CPU benchmark's JSON report: what ran it, when, how often."""
+    return {
+        "benchmark": benchmark,
+        "date": dt.date.today().isoformat(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "repeats": repeats,
+    }
 
 
 def device_name(device: torch.device) -> str:

@@ -12,7 +12,6 @@ Wall time per run, medians, and each command as a ratio to the full import.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import shutil
 import statistics
@@ -21,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import cpu_model  # this directory
+from bench_common import cpu_report  # this directory
 
 from speculators_kimi.cli_args import save_json_report
 
@@ -61,14 +60,7 @@ def main() -> int:
     for name, row in rows.items():
         print(f"{name:24} {row['median_s']:7.3f} s  {row['ratio_to_import']:.3f}x")
     if args.json:
-        report = {
-            "benchmark": "cli_startup",
-            "date": dt.date.today().isoformat(),
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "repeats": args.repeats,
-            "results": rows,
-        }
+        report = {**cpu_report("cli_startup", args.repeats), "results": rows}
         save_json_report(report, args.json, show=False)
     return 0
 
