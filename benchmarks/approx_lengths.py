@@ -17,11 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import cpu_report  # this directory
+from bench_common import save_cpu_report  # this directory
 from datasets import Dataset
 from speculators.train.data import ArrowDataset
-
-from speculators_kimi.cli_args import save_json_report
 
 
 def prepared_dataset(folder: Path, rows: int) -> Path:
@@ -81,9 +79,7 @@ def main() -> int:
                 f"{rows:>9} rows: upstream {base:8.3f} s  ours {ours:8.4f} s  "
                 f"{base / ours:7.1f}x"
             )
-    if args.json:
-        report = {**cpu_report("approx_lengths", args.repeats), "results": results}
-        save_json_report(report, args.json, show=False)
+    save_cpu_report("approx_lengths", args.repeats, results, args.json)
     return 0
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from speculators_kimi.cli_args import save_json_report
 from speculators_kimi.memory import process_memory
 from speculators_kimi.tiny_verifier.configs import KIMI_K25_TEXT
 
@@ -31,7 +32,6 @@ __all__ = [
     "KIMI_VOCAB",
     "DraftGeometry",
     "cpu_model",
-    "cpu_report",
     "device_name",
     "draft_layer",
     "export_and_vllm_check",
@@ -39,6 +39,7 @@ __all__ = [
     "kimi_size_verifier",
     "one_layer_draft",
     "process_memory",
+    "save_cpu_report",
     "timing_method",
 ]
 
@@ -54,15 +55,20 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def cpu_report(benchmark: str, repeats: int) -> dict[str, Any]:
-    """The head of a CPU benchmark's JSON report: what ran it, when, how often."""
-    return {
+def save_cpu_report(
+    benchmark: str, repeats: int, results: dict[str, Any], path: Path | None
+) -> None:
+    """A CPU benchmark's JSON report, written to ``path`` (nothing when None):
+    what ran it, when, how often, and its ``results``."""
+    report = {
         "benchmark": benchmark,
         "date": dt.date.today().isoformat(),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "repeats": repeats,
+        "results": results,
     }
+    save_json_report(report, path, show=False)
 
 
 def device_name(device: torch.device) -> str:

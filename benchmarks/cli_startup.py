@@ -20,9 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import cpu_report  # this directory
-
-from speculators_kimi.cli_args import save_json_report
+from bench_common import save_cpu_report  # this directory
 
 
 def commands() -> dict[str, list[str]]:
@@ -59,9 +57,7 @@ def main() -> int:
     }
     for name, row in rows.items():
         print(f"{name:24} {row['median_s']:7.3f} s  {row['ratio_to_import']:.3f}x")
-    if args.json:
-        report = {**cpu_report("cli_startup", args.repeats), "results": rows}
-        save_json_report(report, args.json, show=False)
+    save_cpu_report("cli_startup", args.repeats, rows, args.json)
     return 0
 
 
