@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -38,6 +39,7 @@ __all__ = [
     "kernel_report",
     "kimi_size_verifier",
     "one_layer_draft",
+    "pristine_upstream",
     "process_memory",
     "save_cpu_report",
     "timing_method",
@@ -69,6 +71,20 @@ def save_cpu_report(
         "results": results,
     }
     save_json_report(report, path, show=False)
+
+
+def pristine_upstream(workdir: Path) -> Path:
+    """``src`` of pristine upstream, extracted from the pinned, hash-checked sdist."""
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root))
+    from tools.vendorlib.pin import load_pin
+    from tools.vendorlib.sdist import extract, obtain
+
+    pin = load_pin(root)
+    dest = workdir / "upstream"
+    shutil.rmtree(dest, ignore_errors=True)  # a kept workdir: extract afresh
+    extract(obtain(pin.name, pin.version, pin.sdist, pin.sha256), dest)
+    return dest / "src"
 
 
 def device_name(device: torch.device) -> str:

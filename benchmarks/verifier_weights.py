@@ -46,6 +46,7 @@ from bench_common import (  # this directory (run as a script)
     KIMI_VOCAB,
     cpu_model,
     kimi_size_verifier,
+    pristine_upstream,
 )
 
 from speculators_kimi.cli_args import save_json_report
@@ -153,20 +154,6 @@ print(json.dumps({
     ],
 }))
 """
-
-
-def pristine_upstream(workdir: Path) -> Path:
-    """``src`` of pristine upstream, extracted from the pinned, hash-checked sdist."""
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root))
-    from tools.vendorlib.pin import load_pin
-    from tools.vendorlib.sdist import extract, obtain
-
-    pin = load_pin(root)
-    dest = workdir / "upstream"
-    shutil.rmtree(dest, ignore_errors=True)  # a kept workdir: extract afresh
-    extract(obtain(pin.name, pin.version, pin.sdist, pin.sha256), dest)
-    return dest / "src"
 
 
 def ours_src() -> Path:
