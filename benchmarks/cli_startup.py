@@ -65,17 +65,17 @@ def main() -> int:
                 subprocess.run(cmd, env=env, check=True, capture_output=True)
                 wall[name].append(time.perf_counter() - t0)
                 cpu[name].append(children_cpu() - c0)
-    base_wall = statistics.median(wall[UPSTREAM])
-    base_cpu = statistics.median(cpu[UPSTREAM])
+    wall_median = {name: statistics.median(ts) for name, ts in wall.items()}
+    cpu_median = {name: statistics.median(ts) for name, ts in cpu.items()}
     rows = {
         name: {
-            "median_s": round(statistics.median(wall[name]), 3),
-            "median_cpu_s": round(statistics.median(cpu[name]), 3),
+            "median_s": round(wall_median[name], 3),
+            "median_cpu_s": round(cpu_median[name], 3),
             "ratio_to_upstream_import": round(
-                statistics.median(wall[name]) / base_wall, 3
+                wall_median[name] / wall_median[UPSTREAM], 3
             ),
             "cpu_ratio_to_upstream_import": round(
-                statistics.median(cpu[name]) / base_cpu, 3
+                cpu_median[name] / cpu_median[UPSTREAM], 3
             ),
             "runs_s": [round(t, 3) for t in wall[name]],
             "runs_cpu_s": [round(t, 3) for t in cpu[name]],
