@@ -112,6 +112,8 @@ def _checkpoint_lines(report: Report) -> list[str]:
         lines.append(f"  embedding:  {_shape(weights['embed'])}")
         head = _shape(weights["head"]) + ("  (tied)" if weights["tied"] else "")
         lines.append(f"  head:       {head}")
+        if weights.get("head_bias"):
+            lines.append(f"  head bias:  {_shape(weights['head_bias'])}")
         lines.append(
             f"  final norm: {_shape(weights['norm'])}  ({weights['norm_kind']}, "
             f"eps={weights['norm_eps']})"

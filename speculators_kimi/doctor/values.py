@@ -2,7 +2,7 @@
 
 :func:`count_nonfinite` reads one tensor of a safetensors file in chunks;
 :func:`values_section` runs it over the input embedding, the output head unless
-tied, the final norm (a norm bias or FP8 head scale too) and reports non-finite
+tied, the final norm (a norm or head bias, an FP8 head scale too) and reports non-finite
 values as a problem, since training rejects them. For a Hub id this downloads
 the shards that hold them, as training would.
 """
@@ -30,6 +30,7 @@ def _value_targets(spec: Any) -> list[tuple[str, Any]]:
         targets.append(("output head", spec.head))
     for role, info in (
         ("output head scale", spec.head_scale),
+        ("output head bias", spec.head_bias),
         ("final norm", spec.norm),
         ("final norm bias", spec.norm_bias),
     ):

@@ -4,7 +4,8 @@ forward, over a KV cache.
 The text decoder is the one hidden-state generation loads (same prefix, same
 ``transformers`` class, see :mod:`.loading`), the aux
 states are captured by the same hooks (vLLM's layout), and the output head is the
-tensor ``speculators train`` resolves (``resolve_verifier_weights``), read whole.
+tensor ``speculators train`` resolves (``resolve_verifier_weights``), read whole,
+with its bias where it has one (Phi, GPT-J).
 The logits are the ones the verifier samples from: what its ``ForCausalLM`` does
 after the head (Gemma-2's softcap, Cohere's and Granite's logit scale) is read
 from the text config by the same function training's targets use
@@ -52,6 +53,7 @@ class CausalVerifier:
 
     :param decoder: the base model (no head), possibly dispatched by accelerate.
     :param head: ``[vocab, hidden]`` output head weight.
+    :param head_bias: ``[vocab]`` its bias, for a head that has one.
     :param layer_ids: the aux layer ids the draft was trained on.
     :param final_norm: see :func:`~.capture.decoder_parts`.
     """
@@ -63,6 +65,7 @@ class CausalVerifier:
     eos_ids: set[int] = field(default_factory=set)
     forwards: int = 0
     final_norm: str | None = None
+    head_bias: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self._capture = AuxCapture(self.decoder, self.layer_ids, self.final_norm)
@@ -74,7 +77,8 @@ class CausalVerifier:
     def _logits(self, normed: torch.Tensor) -> torch.Tensor:
         """float32 logits, on the input device, of final-norm outputs, after the
         verifier's own transform (identity for most)."""
-        logits = torch.nn.functional.linear(normed, self.head.to(normed.device))
+        bias = None if self.head_bias is None else self.head_bias.to(normed.device)
+        logits = torch.nn.functional.linear(normed, self.head.to(normed.device), bias)
         return self._transform(logits.float()).to(self.device)
 
     @torch.no_grad()
@@ -135,9 +139,11 @@ def load_causal_verifier(
     decoder = load_decoder(resolved, dtype=dtype, device=device, placement=placement)
     tensors = load_verifier_tensors(resolved.weights, load_embed=False, load_norm=False)
     head_device = input_device(decoder) if placement is None else torch.device("cpu")
+    bias = tensors.head_bias
     return CausalVerifier(
         decoder=decoder,
         head=tensors.head.to(device=head_device, dtype=dtype),
+        head_bias=None if bias is None else bias.to(device=head_device, dtype=dtype),
         layer_ids=list(layer_ids),
         text_config=resolved.text_config,
         eos_ids=eos_token_ids(verifier, resolved.text_config),

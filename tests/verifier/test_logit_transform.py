@@ -6,6 +6,7 @@ multiplies them by ``lm_head_multiplier``, Gemma-2 caps them. On tiny random
 checkpoints of those transformers classes, :class:`CausalVerifier`'s logits
 (what greedy acceptance and rejection sampling compare the draft against) equal
 the model's own ``ForCausalLM`` logits, and doctor says which transform it is.
+The same holds for a head with a bias (Phi's), which doctor lists.
 """
 
 from __future__ import annotations
@@ -120,3 +121,21 @@ def test_doctor_says_nothing_for_a_plain_verifier(tmp_path):
     assert report.text_config is not None
     assert report.text_config["logit_transform"] is None
     assert "logits after the head" not in render(report)
+
+
+def test_causal_verifier_logits_include_the_head_bias(tmp_path):
+    """Phi's head has a bias: the logits it samples from include it."""
+    config = transformers.PhiConfig(**_SIZES)
+    torch.manual_seed(0)
+    model = transformers.PhiForCausalLM(config).eval()
+    with torch.no_grad():  # far from 0, so that leaving it out moves the argmax
+        model.lm_head.bias.normal_(0.0, 4.0)
+    model.save_pretrained(tmp_path)
+    verifier = load_causal_verifier(tmp_path, [1, 2, 3], dtype=torch.float32)
+    logits, _ = verifier.forward(PROMPT, verifier_cache(verifier.decoder))
+    with torch.no_grad():
+        want = model(torch.tensor([PROMPT])).logits[0]
+    torch.testing.assert_close(logits, want, rtol=1e-4, atol=1e-4)
+    assert not torch.equal(logits.argmax(-1), (want - model.lm_head.bias).argmax(-1))
+    text = render(diagnose(str(tmp_path)))
+    assert "  head bias:  lm_head.bias  [256] F32  [model.safetensors]" in text
