@@ -2,8 +2,8 @@
 
 :func:`count_nonfinite` reads one tensor of a safetensors file in chunks;
 :func:`values_section` runs it over the input embedding, the output head unless
-tied, the final norm (a norm or head bias, an FP8 head scale too) and reports non-finite
-values as a problem, since training rejects them. For a Hub id this downloads
+tied, the final norm (a norm or head bias, an FP8 head scale too) and reports
+non-finite values as a problem, since training rejects them. For a Hub id this downloads
 the shards that hold them, as training would.
 """
 
