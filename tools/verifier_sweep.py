@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Does training rebuild every verifier's own logits? A sweep over transformers.
+
+For each causal LM of the installed transformers (``MODEL_FOR_CAUSAL_LM_MAPPING``,
+or the model types named), build a tiny random checkpoint, build an EAGLE-3 draft
+of it as ``speculators train`` does, and compare the draft's targets (the verifier
+head and final norm it loaded, then the logit transform) with the model's own
+``ForCausalLM`` logits, from the same last hidden states. Each model type ends as:
+
+- ``ok``: the targets are the model's logits (to 1e-3 of their largest);
+- ``MISMATCH``: the draft would train toward other logits, silently;
+- ``refused``: training stops before any work, with the message shown;
+- ``skipped``: the sweep could not build a tiny model of it (its config needs
+  values the sweep does not set): the case is untested, not passed.
+
+Run it after a transformers upgrade (units 0041 and 0042 came from it)::
+
+    .venv/bin/python tools/verifier_sweep.py [MODEL_TYPE ...]
+
+It exits 1 when any model type is a ``MISMATCH``. About two minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: Sizes set on every config that has the attribute: small enough for a CPU.
+TINY: dict[str, Any] = {
+    "hidden_size": 64,
+    "d_model": 64,
+    "n_embd": 64,
+    "num_hidden_layers": 3,
+    "num_layers": 3,
+    "n_layer": 3,
+    "n_layers": 3,
+    "num_attention_heads": 4,
+    "n_head": 4,
+    "n_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 512,
+    "intermediate_size": 128,
+    "ffn_dim": 128,
+    "n_inner": 128,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "max_position_embeddings": 256,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 32,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 16,
+    "rotary_dim": 8,
+    "first_k_dense_replace": 1,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+}
+#: Models above this many parameters (counted on the meta device) are skipped.
+MAX_PARAMETERS = 40_000_000
+SEQUENCE = 7
+TOLERANCE = 1e-3
+
+
+@dataclass
+class Outcome:
+    status: str  # ok, MISMATCH, refused, skipped
+    detail: str = ""
+
+
+def tiny_config(model_type: str) -> Any:
+    """The model type's default config with :data:`TINY` sizes set, where it has
+    them (a multimodal config's text config; MLA keeps its own head dims)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type)
+    text = config.get_text_config()
+    mla = getattr(text, "qk_rope_head_dim", None) is not None
+    for name, value in TINY.items():
+        if name == "head_dim" and mla:  # MLA's rotary part is its head_dim
+            value = TINY["qk_rope_head_dim"]
+        current = getattr(text, name, None)
+        if current is not None and not isinstance(current, list | dict):
+            _set(text, name, value)
+    for name in dir(text):  # per-layer lists follow the layer count
+        if name.endswith("layer_types"):
+            current = getattr(text, name, None)
+            if isinstance(current, list):
+                _set(text, name, current[: text.num_hidden_layers])
+    return config
+
+
+def _set(config: Any, name: str, value: Any) -> None:
+    """Set ``name`` unless the config derives it (a property without setter)."""
+    with contextlib.suppress(AttributeError):
+        setattr(config, name, value)
+
+
+def _last_layer(model: Any, layers: int) -> Any:
+    """The last decoder layer: the first module list of ``layers`` modules."""
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == layers:
+            return module[-1]
+    return None
+
+
+def _said(err: BaseException) -> str:
+    """The first line of what ``err`` says, with its type."""
+    return f"{type(err).__name__}: {err}".splitlines()[0][:160]
+
+
+def _skipped(err: BaseException) -> Outcome:
+    return Outcome("skipped", _said(err))
+
+
+def sweep_one(model_type: str, class_name: str, root: Path) -> Outcome:
+    """Build ``model_type``'s tiny checkpoint under ``root`` and compare."""
+    import torch
+    import transformers
+
+    model_class = getattr(transformers, class_name, None)
+    if model_class is None:
+        return Outcome("skipped", f"transformers has no {class_name}")
+    try:
+        config = tiny_config(model_type)
+        with torch.device("meta"):
+            size = sum(p.numel() for p in model_class(config).parameters())
+        if size > MAX_PARAMETERS:
+            return Outcome("skipped", f"{size / 1e6:.0f}M parameters at these sizes")
+        torch.manual_seed(0)
+        model = model_class(config).eval()
+    except Exception as err:  # the sweep's sizes do not fit this config
+        return _skipped(err)
+    with torch.no_grad():  # norms and head away from their initial values
+        for param in model.parameters():
+            if param.dim() == 1:
+                param.add_(torch.randn_like(param) * 0.3)
+        head = model.get_output_embeddings()
+        if getattr(head, "weight", None) is not None:
+            head.weight.normal_(0.0, 2.0)
+    text = config.get_text_config()
+    last = _last_layer(model, text.num_hidden_layers)
+    if last is None:
+        return Outcome("skipped", "no list of num_hidden_layers decoder layers")
+    seen: list[Any] = []
+    hook = last.register_forward_hook(
+        lambda _m, _a, out: seen.append(out[0] if isinstance(out, tuple) else out)
+    )
+    ids = torch.randint(3, text.vocab_size, (1, SEQUENCE))
+    path = root / model_type
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=ids, use_cache=False).logits.float()
+        model.save_pretrained(path)
+    except Exception as err:
+        return _skipped(err)
+    finally:
+        hook.remove()
+    try:
+        targets = _draft_targets(path, seen[-1], logits.shape[-1])
+    except Exception as err:  # what training would stop with
+        return Outcome("refused", _said(err))
+    if targets.shape != logits.shape:
+        return Outcome(
+            "MISMATCH", f"shape {list(targets.shape)} vs {list(logits.shape)}"
+        )
+    error = float((targets - logits).abs().max() / logits.abs().max().clamp(min=1e-6))
+    status = "ok" if error < TOLERANCE else "MISMATCH"
+    return Outcome(status, f"{error:.1e} of the largest logit")
+
+
+def _draft_targets(path: Path, last_hidden: Any, vocab: int) -> Any:
+    """What an EAGLE-3 draft's loss compares against, from ``last_hidden``."""
+    import torch
+    from speculators.models.eagle3.core import Eagle3DraftModel
+    from speculators.train.cli import create_transformer_layer_config
+
+    layer_config = create_transformer_layer_config(
+        verifier_name_or_path=str(path),
+        num_layers=1,
+        draft_arch="llama",
+        hidden_act="silu",
+        sliding_window=32,
+        full_attention_indices=[0],
+    )
+    draft = Eagle3DraftModel.from_training_args(
+        verifier_config=layer_config,
+        t2d=None,
+        d2t=None,
+        verifier_name_or_path=str(path),
+        draft_vocab_size=vocab,
+        norm_before_residual=False,
+        ttt_steps=1,
+        draft_attn_impl="eager",
+        target_layer_ids=[0, 1, 2],
+    )
+    with torch.no_grad():
+        logits = draft.verifier_lm_head(draft.verifier_norm(last_hidden.float()))
+        return draft.verifier_logit_transform(logits)
+
+
+def _timeout(_signum: int, _frame: Any) -> None:
+    raise TimeoutError("over the time limit")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Without the warnings and logs of building ~200 models, then as before
+    (the sweep may run inside another program, such as a test)."""
+    from loguru import logger
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    logger.disable("speculators")
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+        logger.enable("speculators")
+        hf_logging.enable_progress_bar()
+        hf_logging.set_verbosity(verbosity)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL,
+    )
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model_types", nargs="*", help="default: every causal LM")
+    parser.add_argument("--seconds", type=int, default=60, help="per model type")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.model_types) - set(CAUSAL))
+    if unknown:
+        parser.error(f"not causal LM model types of this transformers: {unknown}")
+    counts: dict[str, int] = {}
+    previous = signal.signal(signal.SIGALRM, _timeout)
+    with _quiet(), tempfile.TemporaryDirectory() as scratch:
+        for model_type in args.model_types or sorted(CAUSAL):
+            signal.alarm(args.seconds)
+            try:
+                outcome = sweep_one(model_type, CAUSAL[model_type], Path(scratch))
+            except TimeoutError as err:
+                outcome = _skipped(err)
+            finally:
+                signal.alarm(0)
+            counts[outcome.status] = counts.get(outcome.status, 0) + 1
+            print(f"{model_type:28s} {outcome.status:9s} {outcome.detail}", flush=True)
+    signal.signal(signal.SIGALRM, previous)
+    print(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    return 1 if counts.get("MISMATCH") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
