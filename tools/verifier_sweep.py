@@ -9,7 +9,8 @@ head and final norm it loaded, then the logit transform) with the model's own
 
 - ``ok``: the targets are the model's logits (to 1e-3 of their largest);
 - ``MISMATCH``: the draft would train toward other logits, silently;
-- ``refused``: training stops before any work, with the message shown;
+- ``refused``: training stops before any work, with its message (a ``ValueError``);
+- ``CRASH``: training stops with another exception, a traceback for the user;
 - ``skipped``: the sweep could not build a tiny model of it (its config needs
   values the sweep does not set): the case is untested, not passed.
 
@@ -17,7 +18,8 @@ Run it after a transformers upgrade (units 0041 and 0042 came from it)::
 
     .venv/bin/python tools/verifier_sweep.py [MODEL_TYPE ...]
 
-It exits 1 when any model type is a ``MISMATCH``. About two minutes on 2 cores.
+It exits 1 when any model type is a ``MISMATCH`` or a ``CRASH``. About 40 s on 2
+cores.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ TOLERANCE = 1e-3
 
 @dataclass
 class Outcome:
-    status: str  # ok, MISMATCH, refused, skipped
+    status: str  # ok, MISMATCH, refused, CRASH, skipped
     detail: str = ""
 
 
@@ -176,8 +178,10 @@ def sweep_one(model_type: str, class_name: str, root: Path) -> Outcome:
         hook.remove()
     try:
         targets = _draft_targets(path, seen[-1], logits.shape[-1])
-    except Exception as err:  # what training would stop with
+    except ValueError as err:  # a refusal: the resolver's, the config's
         return Outcome("refused", _said(err))
+    except Exception as err:  # what training would stop with, unexplained
+        return Outcome("CRASH", _said(err))
     if targets.shape != logits.shape:
         return Outcome(
             "MISMATCH", f"shape {list(targets.shape)} vs {list(logits.shape)}"
@@ -271,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{model_type:28s} {outcome.status:9s} {outcome.detail}", flush=True)
     signal.signal(signal.SIGALRM, previous)
     print(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
-    return 1 if counts.get("MISMATCH") else 0
+    return 1 if counts.get("MISMATCH") or counts.get("CRASH") else 0
 
 
 if __name__ == "__main__":
