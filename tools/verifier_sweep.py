@@ -43,16 +43,22 @@ TINY: dict[str, Any] = {
     "n_embd": 64,
     "num_hidden_layers": 3,
     "num_layers": 3,
+    "decoder_layers": 3,
+    "encoder_layers": 3,
     "n_layer": 3,
     "n_layers": 3,
     "num_attention_heads": 4,
     "n_head": 4,
     "n_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_attention_heads": 4,
     "num_key_value_heads": 2,
     "head_dim": 16,
     "vocab_size": 512,
     "intermediate_size": 128,
     "ffn_dim": 128,
+    "decoder_ffn_dim": 128,
+    "encoder_ffn_dim": 128,
     "n_inner": 128,
     "moe_intermediate_size": 32,
     "shared_expert_intermediate_size": 32,
@@ -69,6 +75,13 @@ TINY: dict[str, Any] = {
     "v_head_dim": 16,
     "rotary_dim": 8,
     "first_k_dense_replace": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "index_n_heads": 4,
+    "index_head_dim": 16,
+    "index_topk": 16,
+    "vocab_size_per_layer_input": 512,
+    "hidden_size_per_layer_input": 16,
     "pad_token_id": 0,
     "bos_token_id": 1,
     "eos_token_id": 2,
@@ -86,26 +99,67 @@ class Outcome:
     detail: str = ""
 
 
-def tiny_config(model_type: str) -> Any:
-    """The model type's default config with :data:`TINY` sizes set, where it has
-    them (a multimodal config's text config; MLA keeps its own head dims)."""
+def tiny_config(model_type: str, config_class: type | None = None) -> Any:
+    """``config_class``'s config (by default the model type's) built with the
+    :data:`TINY` sizes it takes, so that its own ``__post_init__`` derives the rest
+    (head widths, per-layer lists). A multimodal config gets them in its
+    ``text_config``; MLA keeps its rotary width as its ``head_dim``."""
     from transformers import AutoConfig
 
-    config = AutoConfig.for_model(model_type)
-    text = config.get_text_config()
-    mla = getattr(text, "qk_rope_head_dim", None) is not None
-    for name, value in TINY.items():
-        if name == "head_dim" and mla:  # MLA's rotary part is its head_dim
-            value = TINY["qk_rope_head_dim"]
-        current = getattr(text, name, None)
-        if current is not None and not isinstance(current, list | dict):
-            _set(text, name, value)
+    probe = config_class() if config_class else AutoConfig.for_model(model_type)
+    text = probe.get_text_config()
+    mla = _get(text, "qk_rope_head_dim") is not None
+    sizes = {
+        name: value
+        for name, value in TINY.items()
+        if _has_field(text, name) and not isinstance(_get(text, name), list | dict)
+    }
+    if mla:  # MLA: the rotary width is its head_dim, every head has its own KV
+        sizes.update(head_dim=TINY["qk_rope_head_dim"])
+        sizes.update(num_key_value_heads=TINY["num_attention_heads"])
+    layers = sizes.get("num_hidden_layers", TINY["num_hidden_layers"])
     for name in dir(text):  # per-layer lists follow the layer count
-        if name.endswith("layer_types"):
-            current = getattr(text, name, None)
-            if isinstance(current, list):
-                _set(text, name, current[: text.num_hidden_layers])
-    return config
+        current = _get(text, name)
+        per_layer = name.endswith("layer_types") and isinstance(current, list)
+        if per_layer and _has_field(text, name):
+            sizes[name] = current[:layers]
+    build = type(probe)
+    if text is probe:
+        return _built(build, sizes, lambda: build(**sizes))
+    top = (
+        {"tie_word_embeddings": False}
+        if _has_field(probe, "tie_word_embeddings")
+        else {}
+    )
+    return _built(build, sizes, lambda: build(text_config=sizes, **top))
+
+
+def _built(build: type, sizes: dict[str, Any], construct: Any) -> Any:
+    """``construct()``; where its validation refuses the sizes, the defaults with
+    the sizes set afterwards (as far as the config lets them be set)."""
+    try:
+        return construct()
+    except Exception:
+        config = build()
+        text = config.get_text_config()
+        for name, value in sizes.items():
+            _set(text, name, value)
+        return config
+
+
+def _has_field(config: Any, name: str) -> bool:
+    """Whether ``name`` is one of ``config``'s own fields or their aliases (not a
+    derived value)."""
+    fields = getattr(type(config), "__dataclass_fields__", {})
+    aliases = getattr(config, "attribute_map", {})
+    return name in fields or name in vars(config) or name in aliases
+
+
+def _get(config: Any, name: str) -> Any:
+    try:
+        return getattr(config, name, None)
+    except Exception:  # transformers' ambiguous per-layer attribute
+        return None
 
 
 def _set(config: Any, name: str, value: Any) -> None:
@@ -142,7 +196,7 @@ def sweep_one(model_type: str, class_name: str, root: Path) -> Outcome:
     if model_class is None:
         return Outcome("skipped", f"transformers has no {class_name}")
     try:
-        config = tiny_config(model_type)
+        config = tiny_config(model_type, model_class.config_class)
         with torch.device("meta"):
             size = sum(p.numel() for p in model_class(config).parameters())
         if size > MAX_PARAMETERS:

@@ -4,12 +4,16 @@ import pytest
 import verifier_sweep
 
 
-def test_the_sweep_passes_phi_and_llama(capsys):
-    """Phi's head has a bias and its final norm is a LayerNorm (units 0041, 0042)."""
-    assert verifier_sweep.main(["llama", "phi"]) == 0
+#: Phi's head has a bias and its final norm is a LayerNorm (units 0041, 0042);
+#: DeepSeek-V3 is Kimi-K2.5's MLA text model; Gemma-4's is a multimodal wrapper.
+SWEPT = ["llama", "phi", "deepseek_v3", "gemma4"]
+
+
+def test_the_sweep_builds_and_passes_each_kind(capsys):
+    assert verifier_sweep.main(SWEPT) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[:2] for line in lines[:2]] == [["llama", "ok"], ["phi", "ok"]]
-    assert lines[-1] == "2 ok"
+    assert [line.split()[:2] for line in lines[:-1]] == [[t, "ok"] for t in SWEPT]
+    assert lines[-1] == f"{len(SWEPT)} ok"
 
 
 def test_a_mismatch_fails_the_sweep(capsys, monkeypatch):
@@ -21,3 +25,14 @@ def test_a_mismatch_fails_the_sweep(capsys, monkeypatch):
 def test_an_unknown_model_type_is_refused():
     with pytest.raises(SystemExit):
         verifier_sweep.main(["no-such-model"])
+
+
+def test_a_crash_fails_the_sweep(capsys, monkeypatch):
+    """An exception other than a refusal's ValueError is a traceback for a user."""
+
+    def crash(*_args):
+        raise AttributeError("'OPTConfig' object has no attribute 'initializer_range'")
+
+    monkeypatch.setattr(verifier_sweep, "_draft_targets", crash)
+    assert verifier_sweep.main(["llama"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "1 CRASH"
