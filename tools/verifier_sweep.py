@@ -5,10 +5,12 @@ For each causal LM of the installed transformers (``MODEL_FOR_CAUSAL_LM_MAPPING`
 or the model types named), build a tiny random checkpoint, build an EAGLE-3 draft
 of it as ``speculators train`` does, and compare the draft's targets (the verifier
 head and final norm it loaded, then the logit transform) with the model's own
-``ForCausalLM`` logits, from the same last hidden states. Each model type ends as:
+``ForCausalLM`` logits, from the same last hidden states; and check that the final
+state our ``generate-hidden-states`` writes is that state. Each model type ends as:
 
 - ``ok``: the targets are the model's logits (to 1e-3 of their largest);
-- ``MISMATCH``: the draft would train toward other logits, silently;
+- ``MISMATCH``: the draft would train toward other logits, silently (or from
+  another final state);
 - ``refused``: training stops before any work, with its message (a ``ValueError``);
 - ``CRASH``: training stops with another exception, a traceback for the user;
 - ``skipped``: the sweep could not build a tiny model of it (its config needs
@@ -242,7 +244,25 @@ def sweep_one(model_type: str, class_name: str, root: Path) -> Outcome:
         )
     error = float((targets - logits).abs().max() / logits.abs().max().clamp(min=1e-6))
     status = "ok" if error < TOLERANCE else "MISMATCH"
-    return Outcome(status, f"{error:.1e} of the largest logit")
+    detail = f"{error:.1e} of the largest logit"
+    captured = _captured_final_state(model, ids)
+    if captured is None:
+        return Outcome(status, f"{detail}; generate-hidden-states refuses it")
+    if not torch.allclose(captured, seen[-1]):
+        return Outcome("MISMATCH", "generate-hidden-states writes another final state")
+    return Outcome(status, detail)
+
+
+def _captured_final_state(model: Any, ids: Any) -> Any:
+    """The final hidden state our ``generate-hidden-states`` writes for ``ids``
+    (None where it refuses the model)."""
+    from speculators_kimi.verifier.capture import capture_hidden_states
+
+    try:
+        states, _ = capture_hidden_states(model, ids, [0])
+    except (ValueError, TypeError):  # its refusals
+        return None
+    return states[:, :, -1]
 
 
 def _draft_targets(path: Path, last_hidden: Any, vocab: int) -> Any:

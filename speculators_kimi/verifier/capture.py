@@ -182,10 +182,14 @@ class AuxCapture:
         states = [self.captured[i] for i in [*self.layer_ids, _FINAL]]
         for key, hs in zip([*self.layer_ids, "the final norm"], states, strict=True):
             if hs.dim() != 3 or hs.shape != states[0].shape:
+                expected = (
+                    "[batch, seq, hidden]"
+                    if hs.dim() != 3
+                    else f"layer {self.layer_ids[0]}'s {tuple(states[0].shape)}"
+                )
                 raise ValueError(
                     f"the input of layer {key} has shape {tuple(hs.shape)}, not "
-                    f"[batch, seq, hidden] like layer {self.layer_ids[0]}'s "
-                    f"{tuple(states[0].shape)}: EAGLE-3 needs one hidden state per "
+                    f"{expected}: EAGLE-3 needs one hidden state per "
                     "aux layer (a verifier with several residual streams per "
                     "layer, such as DeepSeek-V4's hyper-connections, has none)"
                 )

@@ -3,7 +3,6 @@
 import pytest
 import verifier_sweep
 
-
 #: Phi's head has a bias and its final norm is a LayerNorm (units 0041, 0042);
 #: DeepSeek-V3 is Kimi-K2.5's MLA text model; Gemma-4's is a multimodal wrapper.
 SWEPT = ["llama", "phi", "deepseek_v3", "gemma4"]

@@ -99,5 +99,5 @@ def test_deepseek_v4_is_refused_with_its_reason(tmp_path, capsys):
     assert cli.main(["doctor", str(built.path)]) == 1
     out = capsys.readouterr().out
     assert "cannot be an EAGLE-3 verifier" in out and "No flag fixes this" in out
-    with pytest.raises(ValueError, match=r"not \[batch, seq, hidden\]"):
+    with pytest.raises(ValueError, match=r"not \[batch, seq, hidden\]: EAGLE-3"):
         capture_hidden_states(built.model.model, torch.tensor([PROMPT]), [2, 4, 5])
