@@ -84,6 +84,7 @@ TINY: dict[str, Any] = {
     "index_topk": 16,
     "vocab_size_per_layer_input": 512,
     "hidden_size_per_layer_input": 16,
+    "num_kv_shared_layers": 0,
     "pad_token_id": 0,
     "bos_token_id": 1,
     "eos_token_id": 2,
@@ -120,11 +121,15 @@ def tiny_config(model_type: str, config_class: type | None = None) -> Any:
         sizes.update(head_dim=TINY["qk_rope_head_dim"])
         sizes.update(num_key_value_heads=TINY["num_attention_heads"])
     layers = sizes.get("num_hidden_layers", TINY["num_hidden_layers"])
+    default_layers = _get(text, "num_hidden_layers")
     for name in dir(text):  # per-layer lists follow the layer count
         current = _get(text, name)
-        per_layer = name.endswith("layer_types") and isinstance(current, list)
-        if per_layer and _has_field(text, name):
-            sizes[name] = current[:layers]
+        if (
+            isinstance(current, list)
+            and len(current) == default_layers
+            and _has_field(text, name)
+        ):  # the first layers and the last (often the one of its kind)
+            sizes[name] = current[: layers - 1] + current[-1:]
     build = type(probe)
     if text is probe:
         return _built(build, sizes, lambda: build(**sizes))
@@ -238,6 +243,9 @@ def sweep_one(model_type: str, class_name: str, root: Path) -> Outcome:
         return Outcome("refused", _said(err))
     except Exception as err:  # what training would stop with, unexplained
         return Outcome("CRASH", _said(err))
+    state, refusal = _captured_final_state(model, ids)
+    if seen[-1].dim() != 3:  # several streams per layer (Gemma-3n's AltUp)
+        return Outcome("refused", refusal or f"a layer outputs {list(seen[-1].shape)}")
     if targets.shape != logits.shape:
         return Outcome(
             "MISMATCH", f"shape {list(targets.shape)} vs {list(logits.shape)}"
@@ -245,24 +253,23 @@ def sweep_one(model_type: str, class_name: str, root: Path) -> Outcome:
     error = float((targets - logits).abs().max() / logits.abs().max().clamp(min=1e-6))
     status = "ok" if error < TOLERANCE else "MISMATCH"
     detail = f"{error:.1e} of the largest logit"
-    captured = _captured_final_state(model, ids)
-    if captured is None:
+    if state is None:
         return Outcome(status, f"{detail}; generate-hidden-states refuses it")
-    if not torch.allclose(captured, seen[-1]):
+    if not torch.allclose(state, seen[-1]):
         return Outcome("MISMATCH", "generate-hidden-states writes another final state")
     return Outcome(status, detail)
 
 
-def _captured_final_state(model: Any, ids: Any) -> Any:
-    """The final hidden state our ``generate-hidden-states`` writes for ``ids``
-    (None where it refuses the model)."""
+def _captured_final_state(model: Any, ids: Any) -> tuple[Any, str]:
+    """The final hidden state our ``generate-hidden-states`` writes for ``ids``,
+    or None and why it refuses the model."""
     from speculators_kimi.verifier.capture import capture_hidden_states
 
     try:
         states, _ = capture_hidden_states(model, ids, [0])
-    except (ValueError, TypeError):  # its refusals
-        return None
-    return states[:, :, -1]
+    except (ValueError, TypeError) as err:  # its refusals
+        return None, _said(err)
+    return states[:, :, -1], ""
 
 
 def _draft_targets(path: Path, last_hidden: Any, vocab: int) -> Any:
