@@ -3,10 +3,11 @@
 
 For each causal LM of the installed transformers (``MODEL_FOR_CAUSAL_LM_MAPPING``,
 or the model types named), build a tiny random checkpoint, build an EAGLE-3 draft
-of it as ``speculators train`` does, and compare the draft's targets (the verifier
-head and final norm it loaded, then the logit transform) with the model's own
-``ForCausalLM`` logits, from the same last hidden states; and check that the final
-state our ``generate-hidden-states`` writes is that state. Each model type ends as:
+and a DFlash draft of it as ``speculators train`` does, and compare each draft's
+targets (the verifier head and final norm it loaded, then the logit transform) with
+the model's own ``ForCausalLM`` logits, from the same last hidden states; and check
+that the final state our ``generate-hidden-states`` writes is that state. Each model
+type ends as:
 
 - ``ok``: the targets are the model's logits (to 1e-3 of their largest);
 - ``MISMATCH``: the draft would train toward other logits, silently (or from
@@ -16,12 +17,12 @@ state our ``generate-hidden-states`` writes is that state. Each model type ends 
 - ``skipped``: the sweep could not build a tiny model of it (its config needs
   values the sweep does not set): the case is untested, not passed.
 
-Run it after a transformers upgrade (units 0041 and 0042 came from it)::
+Run it after a transformers upgrade (units 0041 to 0044 came from it)::
 
     .venv/bin/python tools/verifier_sweep.py [MODEL_TYPE ...]
 
-It exits 1 when any model type is a ``MISMATCH`` or a ``CRASH``. About 40 s on 2
-cores.
+It exits 1 when any model type is a ``MISMATCH`` or a ``CRASH``. About a minute on
+2 cores.
 """
 
 from __future__ import annotations
@@ -246,13 +247,18 @@ def sweep_one(model_type: str, class_name: str, root: Path) -> Outcome:
     state, refusal = _captured_final_state(model, ids)
     if seen[-1].dim() != 3:  # several streams per layer (Gemma-3n's AltUp)
         return Outcome("refused", refusal or f"a layer outputs {list(seen[-1].shape)}")
-    if targets.shape != logits.shape:
-        return Outcome(
-            "MISMATCH", f"shape {list(targets.shape)} vs {list(logits.shape)}"
+    errors: dict[str, float] = {}
+    for kind, draft_targets in targets.items():
+        if draft_targets.shape != logits.shape:
+            shapes = f"{list(draft_targets.shape)} vs {list(logits.shape)}"
+            return Outcome("MISMATCH", f"{kind}: shape {shapes}")
+        error = (draft_targets - logits).abs().max() / logits.abs().max().clamp(
+            min=1e-6
         )
-    error = float((targets - logits).abs().max() / logits.abs().max().clamp(min=1e-6))
+        errors[kind] = float(error)
+    kind, error = max(errors.items(), key=lambda item: item[1])
     status = "ok" if error < TOLERANCE else "MISMATCH"
-    detail = f"{error:.1e} of the largest logit"
+    detail = f"{error:.1e} of the largest logit" + (f" ({kind})" if error else "")
     if state is None:
         return Outcome(status, f"{detail}; generate-hidden-states refuses it")
     if not torch.allclose(state, seen[-1]):
@@ -272,22 +278,44 @@ def _captured_final_state(model: Any, ids: Any) -> tuple[Any, str]:
     return states[:, :, -1], ""
 
 
-def _draft_targets(path: Path, last_hidden: Any, vocab: int) -> Any:
-    """What an EAGLE-3 draft's loss compares against, from ``last_hidden``."""
+def _draft_targets(path: Path, last_hidden: Any, vocab: int) -> dict[str, Any]:
+    """What each kind of draft's loss compares against, from ``last_hidden``: an
+    EAGLE-3 draft's and a DFlash draft's (DSpark, DFlash2 and XPress build theirs
+    as DFlash does)."""
     import torch
-    from speculators.models.eagle3.core import Eagle3DraftModel
+
+    drafts = {
+        "EAGLE-3": _eagle3_draft(path, vocab),
+        "DFlash": _dflash_draft(path, vocab),
+    }
+    with torch.no_grad():
+        return {
+            kind: draft.verifier_logit_transform(
+                draft.verifier_lm_head(draft.verifier_norm(last_hidden.float()))
+            )
+            for kind, draft in drafts.items()
+        }
+
+
+def _layer_config(path: Path, draft_arch: str) -> Any:
     from speculators.train.cli import create_transformer_layer_config
 
-    layer_config = create_transformer_layer_config(
+    return create_transformer_layer_config(
         verifier_name_or_path=str(path),
         num_layers=1,
-        draft_arch="llama",
+        draft_arch=draft_arch,
         hidden_act="silu",
         sliding_window=32,
         full_attention_indices=[0],
     )
-    draft = Eagle3DraftModel.from_training_args(
-        verifier_config=layer_config,
+
+
+def _eagle3_draft(path: Path, vocab: int) -> Any:
+    """An EAGLE-3 draft of the checkpoint at ``path``, as training builds it."""
+    from speculators.models.eagle3.core import Eagle3DraftModel
+
+    return Eagle3DraftModel.from_training_args(
+        verifier_config=_layer_config(path, "llama"),
         t2d=None,
         d2t=None,
         verifier_name_or_path=str(path),
@@ -297,9 +325,21 @@ def _draft_targets(path: Path, last_hidden: Any, vocab: int) -> Any:
         draft_attn_impl="eager",
         target_layer_ids=[0, 1, 2],
     )
-    with torch.no_grad():
-        logits = draft.verifier_lm_head(draft.verifier_norm(last_hidden.float()))
-        return draft.verifier_logit_transform(logits)
+
+
+def _dflash_draft(path: Path, vocab: int) -> Any:
+    """A DFlash draft (Qwen3 layers) of the checkpoint at ``path``."""
+    from speculators.models.dflash.core import DFlashDraftModel
+
+    return DFlashDraftModel.from_training_args(
+        verifier_config=_layer_config(path, "qwen3"),
+        verifier_name_or_path=str(path),
+        draft_vocab_size=vocab,
+        mask_token_id=vocab - 1,
+        block_size=4,
+        target_layer_ids=[0, 1, 2],
+        draft_attn_impl="sdpa",
+    )
 
 
 def _timeout(_signum: int, _frame: Any) -> None:
