@@ -17,7 +17,7 @@ type ends as:
 - ``skipped``: the sweep could not build a tiny model of it (its config needs
   values the sweep does not set): the case is untested, not passed.
 
-Run it after a transformers upgrade (units 0041 to 0044 came from it)::
+Run it after a transformers upgrade (units 0041 to 0045 came from it)::
 
     .venv/bin/python tools/verifier_sweep.py [MODEL_TYPE ...]
 

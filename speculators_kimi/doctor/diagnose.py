@@ -63,7 +63,7 @@ def _problem_for(err: Exception) -> Problem:
             "--verifier-embed-key / --verifier-head-key / --verifier-norm-key, or "
             "repair/re-download the checkpoint."
         )
-        if "hyper-connection" in text:
+        if "cannot be an EAGLE-3 verifier" in text:  # several streams per layer
             fix = (
                 "No flag fixes this: this verifier cannot train an EAGLE-3 draft. "
                 "Use a speculative method its serving engine supports for it, such "
@@ -121,6 +121,8 @@ def _draft_and_memory(
     report: Report,
 ) -> None:
     """The draft training would build, its options and its memory estimate."""
+    from speculators.train.config.resolution import ConfigError
+
     try:
         draft, chosen = draft_section(
             verifier,
@@ -129,7 +131,7 @@ def _draft_and_memory(
             draft_vocab=draft_vocab,
             trust_remote_code=options.trust_remote_code,
         )
-    except AttributeError as err:
+    except (AttributeError, ConfigError) as err:
         # A config without a field the draft copies: a verifier without
         # attention layers (Mamba, RWKV) has no num_attention_heads.
         report.problems.append(

@@ -563,7 +563,8 @@ def test_a_decoder_transformers_cannot_build_is_a_problem(tmp_path, capsys):
 
 def test_a_verifier_without_attention_names_the_draft_config_flag(tmp_path, capsys):
     """Mamba has no attention heads for the default draft to copy: one problem
-    naming ``--draft-config`` (it was "AttributeError ... See the message.")."""
+    naming ``--draft-config`` (it was "AttributeError ... See the message.").
+    Training refuses it the same way (unit 0043)."""
     from transformers import MambaConfig, MambaForCausalLM
 
     config = MambaConfig(
@@ -574,5 +575,23 @@ def test_a_verifier_without_attention_names_the_draft_config_flag(tmp_path, caps
     assert code == 1
     (problem,) = report["problems"]
     assert "cannot build its default draft" in problem["problem"]
-    assert "'num_attention_heads'" in problem["problem"]
+    assert "MambaConfig has no num_attention_heads" in problem["problem"]
     assert "--draft-config" in problem["fix"]
+
+
+def test_a_verifier_with_altup_streams_cannot_be_fixed_by_a_flag(tmp_path, capsys):
+    """Gemma-3n's layers carry four AltUp streams (unit 0045): no flag helps."""
+    from transformers import Gemma3nTextConfig
+
+    Gemma3nTextConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=4,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        num_kv_shared_layers=0,
+    ).save_pretrained(tmp_path / "gemma3n")
+    code, report = _doctor(capsys, str(tmp_path / "gemma3n"))
+    assert code == 1
+    (problem,) = [p for p in report["problems"] if "AltUp" in p["problem"]]
+    assert "altup_num_inputs=4 AltUp streams" in problem["problem"]
+    assert problem["fix"].startswith("No flag fixes this")
