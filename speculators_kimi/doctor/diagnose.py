@@ -133,11 +133,12 @@ def _draft_and_memory(
         )
     except (AttributeError, ConfigError) as err:
         # A config without a field the draft copies: a verifier without
-        # attention layers (Mamba, RWKV) has no num_attention_heads.
+        # attention layers (Mamba, RWKV) has no num_attention_heads, an ALiBi
+        # one (Bloom) no context length.
         report.problems.append(
             Problem(
                 "speculators train cannot build its default draft from this "
-                f"verifier's config: {err}.",
+                f"verifier's config: {str(err).rstrip('.')}.",
                 "Give speculators train --draft-config, a decoder config for the "
                 "draft (its model_type and attention heads; the verifier's "
                 "hidden_size).",

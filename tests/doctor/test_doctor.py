@@ -561,21 +561,44 @@ def test_a_decoder_transformers_cannot_build_is_a_problem(tmp_path, capsys):
     assert problem["fix"] == "Its config names its own code: pass --trust-remote-code."
 
 
-def test_a_verifier_without_attention_names_the_draft_config_flag(tmp_path, capsys):
-    """Mamba has no attention heads for the default draft to copy: one problem
-    naming ``--draft-config`` (it was "AttributeError ... See the message.").
-    Training refuses it the same way (unit 0043)."""
+def _mamba(path: Path) -> None:
     from transformers import MambaConfig, MambaForCausalLM
 
     config = MambaConfig(
         vocab_size=VOCAB, hidden_size=32, state_size=4, num_hidden_layers=LAYERS
     )
-    MambaForCausalLM(config).save_pretrained(tmp_path / "mamba")
-    code, report = _doctor(capsys, str(tmp_path / "mamba"))
+    MambaForCausalLM(config).save_pretrained(path)
+
+
+def _bloom(path: Path) -> None:
+    from transformers import BloomConfig, BloomForCausalLM
+
+    config = BloomConfig(vocab_size=VOCAB, hidden_size=32, n_head=4, n_layer=LAYERS)
+    BloomForCausalLM(config).save_pretrained(path)
+
+
+@pytest.mark.parametrize(
+    ("build", "said"),
+    [
+        (_mamba, "MambaConfig has no num_attention_heads"),
+        (_bloom, "BloomConfig names no context length"),
+    ],
+    ids=["mamba", "bloom"],
+)
+def test_a_config_the_draft_cannot_copy_names_the_draft_config_flag(
+    tmp_path, capsys, build, said
+):
+    """Mamba has no attention heads for the default draft to copy, Bloom (ALiBi)
+    no context length: one problem naming ``--draft-config`` (Mamba's was
+    "AttributeError ... See the message."). Training refuses them the same way
+    (unit 0043)."""
+    build(tmp_path / "verifier")
+    code, report = _doctor(capsys, str(tmp_path / "verifier"))
     assert code == 1
     (problem,) = report["problems"]
     assert "cannot build its default draft" in problem["problem"]
-    assert "MambaConfig has no num_attention_heads" in problem["problem"]
+    assert said in problem["problem"]
+    assert not problem["problem"].endswith("..")
     assert "--draft-config" in problem["fix"]
 
 
