@@ -140,8 +140,8 @@ def _draft_and_memory(
                 "speculators train cannot build its default draft from this "
                 f"verifier's config: {str(err).rstrip('.')}.",
                 "Give speculators train --draft-config, a decoder config for the "
-                "draft (its model_type and attention heads; the verifier's "
-                "hidden_size).",
+                "draft (its model_type, attention heads and "
+                "max_position_embeddings; the verifier's hidden_size).",
             )
         )
         return

@@ -600,6 +600,7 @@ def test_a_config_the_draft_cannot_copy_names_the_draft_config_flag(
     assert said in problem["problem"]
     assert not problem["problem"].endswith("..")
     assert "--draft-config" in problem["fix"]
+    assert "max_position_embeddings" in problem["fix"]
 
 
 def test_a_verifier_with_altup_streams_cannot_be_fixed_by_a_flag(tmp_path, capsys):
