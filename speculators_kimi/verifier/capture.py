@@ -29,9 +29,9 @@ __all__ = [
 
 class UnsupportedDecoderError(CommandError, TypeError):
     """The verifier's decoder is not one layer list and one final norm after it
-    (LFM2's final norm is ``embedding_norm``, a name another model uses for an
-    input norm: named with ``--verifier-norm-key``, not guessed): a command that
-    hooks them cannot read it."""
+    (XGLM's final norm is ``layer_norm``, a name no family has: named with
+    ``--verifier-norm-key``, not guessed): a command that hooks them cannot read
+    it."""
 
 
 _LAYER_NAMES = ("layers", "h", "blocks", "layer")
@@ -69,13 +69,14 @@ def decoder_parts(
     :param final_norm: the final norm's module path under the decoder's body
         (:func:`_decoder_body`), as the verifier's weight spec names it
         (``--verifier-norm-key``); default: the one module of the weight
-        resolver's final-norm names there.
+        resolver's final-norm names for the verifier's model type there.
     :raises UnsupportedDecoderError: no single layer list, or no final norm.
     """
-    from speculators.utils.verifier_weights import NORM_NAMES
+    from speculators.utils.verifier_weights import final_norm_names
 
     body = _decoder_body(model)
     config = getattr(body, "config", None) or getattr(model, "config", None)
+    norm_names = final_norm_names(getattr(config, "model_type", None))
     n_layers = getattr(config, "num_hidden_layers", None)
     layers = [
         getattr(body, name)
@@ -90,10 +91,10 @@ def decoder_parts(
     else:
         norms = [
             getattr(body, name)
-            for name in NORM_NAMES
+            for name in norm_names
             if isinstance(getattr(body, name, None), torch.nn.Module)
         ]
-        names = "/".join(NORM_NAMES)
+        names = "/".join(norm_names)
     if len(layers) != 1 or len(norms) != 1:
         children = ", ".join(name for name, _ in body.named_children())
         raise UnsupportedDecoderError(

@@ -17,6 +17,8 @@ from transformers import (
     Lfm2ForCausalLM,
     OPTConfig,
     OPTForCausalLM,
+    XGLMConfig,
+    XGLMForCausalLM,
 )
 
 from speculators_kimi import cli
@@ -24,7 +26,7 @@ from speculators_kimi.datagen import generate_hidden_states
 from speculators_kimi.verifier import load_causal_verifier
 from speculators_kimi.verifier.capture import UnsupportedDecoderError, decoder_parts
 
-#: LFM2's final norm, as its checkpoint names it (not a name the resolver guesses).
+#: LFM2's final norm, as its checkpoint names it (found by its model type: unit 0046).
 LFM2_NORM = "model.embedding_norm.weight"
 IDS = [1, 5, 9, 3, 7, 2]
 
@@ -61,18 +63,31 @@ def _expected(verifier: Path, ids: list[int], layer_ids: list[int]) -> torch.Ten
 
 
 def test_a_decoder_without_a_final_norm_it_knows_is_one_line_naming_its_modules():
-    """LFM2's final norm is ``embedding_norm`` (NeoMME's is its input norm): not
-    guessed, refused as a command error (one line) that lists what the model has."""
+    """XGLM's final norm is ``layer_norm``, a name no family has (the BART-style
+    decoders give it to theirs too): not guessed, refused as a command error (one
+    line) that lists what the model has."""
+    config = XGLMConfig(
+        vocab_size=64, d_model=32, ffn_dim=64, num_layers=2, attention_heads=2
+    )
     with pytest.raises(UnsupportedDecoderError) as err:
-        decoder_parts(_lfm2())
+        decoder_parts(XGLMForCausalLM(config))
     message = str(err.value)
-    assert message.startswith("Lfm2ForCausalLM: the aux states are read as")
-    assert "Lfm2Model has 1 such list(s) and 0 such norm(s)" in message
-    assert "embedding_norm" in message
+    assert message.startswith("XGLMForCausalLM: the aux states are read as")
+    assert "XGLMModel has 1 such list(s) and 0 such norm(s)" in message
+    assert "layer_norm" in message
     assert "\n" not in message
     # A norm inside the layers is not a final norm, named or not.
     with pytest.raises(UnsupportedDecoderError, match="is a module of its decoder"):
         decoder_parts(_lfm2(), "layers.0.operator_norm")
+
+
+def test_lfm2s_final_norm_is_found_by_its_model_type():
+    """LFM2 names its final norm ``embedding_norm`` (NeoMME gives that name to its
+    input norm): the weight resolver's name for LFM2 finds it, and only it."""
+    model = _lfm2()
+    layers, norm = decoder_parts(model)
+    assert layers is model.model.layers
+    assert norm is model.model.embedding_norm
 
 
 def test_opt_keeps_its_decoder_under_decoder_and_is_read_there(tmp_path):
@@ -107,12 +122,13 @@ def test_opt_keeps_its_decoder_under_decoder_and_is_read_there(tmp_path):
     torch.testing.assert_close(model.model.decoder.final_layer_norm(got[:, 2]), last)
 
 
-def test_the_norm_key_names_the_final_norm_for_every_command(lfm2, capsys):
+@pytest.mark.parametrize("norm_key", [None, LFM2_NORM])
+def test_the_norm_key_names_the_final_norm_for_every_command(lfm2, capsys, norm_key):
     """``--verifier-norm-key`` reaches the hooks: evaluate's verifier reads LFM2's
-    ``embedding_norm`` (its logits are the model's), and doctor, which builds the
-    decoder on the meta device, finds it readable; named inside the layers, it
-    is doctor's problem."""
-    overrides = {"norm_key": LFM2_NORM}
+    ``embedding_norm`` (its logits are the model's), found without the flag or
+    named with it, and doctor, which builds the decoder on the meta device, finds
+    it readable; named inside the layers, it is doctor's problem."""
+    overrides = {"norm_key": norm_key}
     causal = load_causal_verifier(lfm2, [1, 3], weight_overrides=overrides)
     logits, aux = causal.forward(IDS, cache=None)
     want = _expected(lfm2, IDS, [1, 3])
@@ -120,12 +136,14 @@ def test_the_norm_key_names_the_final_norm_for_every_command(lfm2, capsys):
     model = AutoModelForCausalLM.from_pretrained(lfm2, dtype=torch.float32)
     torch.testing.assert_close(logits, model(torch.tensor([IDS])).logits[0])
 
-    def doctor(norm_key: str) -> list[dict]:
-        argv = ["doctor", str(lfm2), "--verifier-norm-key", norm_key, "--json"]
-        cli.main(argv)
+    def doctor(norm_key: str | None) -> list[dict]:
+        flag = [] if norm_key is None else ["--verifier-norm-key", norm_key]
+        cli.main(["doctor", str(lfm2), *flag, "--json"])
         return json.loads(capsys.readouterr().out)["problems"]
 
-    assert doctor(LFM2_NORM) == []
+    assert doctor(norm_key) == []
+    if norm_key is None:
+        return
     (problem,) = doctor("model.layers.0.operator_norm.weight")
     assert "cannot read its hidden states" in problem["problem"]
     assert "operator_norm is a module of its decoder layers" in problem["problem"]
