@@ -52,7 +52,7 @@ from .dataset import (
     write_conversations,
 )
 from .dense import build_verifier, falcon, gpt_neox, llama, qwen3_tied
-from .hybrid import deepseek_v4, kimi_linear, nemotron_h, qwen3_5, qwen3_5_moe
+from .hybrid import deepseek_v4, kimi_linear, lfm2, nemotron_h, qwen3_5, qwen3_5_moe
 from .kimi import (
     DECODER_PREFIX,
     HEAD_KEY,
@@ -93,6 +93,7 @@ __all__ = [
     "kimi_k25",
     "kimi_k25_config",
     "kimi_linear",
+    "lfm2",
     "llama",
     "llama4",
     "mla_text",

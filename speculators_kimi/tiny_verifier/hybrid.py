@@ -2,8 +2,9 @@
 
 Hybrids whose decoder mixes attention with linear-attention or Mamba layers:
 Qwen3.5 (``model.language_model.*`` next to a vision tower, ``x * (1 + w)``
-final norm), Qwen3.5-MoE (text only), Kimi-Linear and Nemotron-H (the Hub's
-``backbone.*`` keys, ``norm_f``, ``mlp_hidden_act``). And DeepSeek-V4, whose
+final norm), Qwen3.5-MoE (text only), Kimi-Linear, Nemotron-H (the Hub's
+``backbone.*`` keys, ``norm_f``, ``mlp_hidden_act``) and LFM2 (short convolutions,
+its final norm ``embedding_norm``). And DeepSeek-V4, whose
 layers carry hyper-connection streams (``hc_mult``) mixed by ``hc_head`` before
 the final norm and ``head.weight``: the verifier no EAGLE-3 draft can train on.
 """
@@ -18,7 +19,14 @@ from .configs import dense_text
 from .specs import TinyVerifierSpec
 from .tokenizer import build_byte_level_tokenizer, build_tokenizer, token_ids
 
-__all__ = ["deepseek_v4", "kimi_linear", "nemotron_h", "qwen3_5", "qwen3_5_moe"]
+__all__ = [
+    "deepseek_v4",
+    "kimi_linear",
+    "lfm2",
+    "nemotron_h",
+    "qwen3_5",
+    "qwen3_5_moe",
+]
 
 _SPEC = TinyVerifierSpec()
 #: Three linear-attention layers, then one full attention layer, twice.
@@ -114,6 +122,21 @@ def nemotron_h(out: Path) -> TinyCheckpoint:
     model = save_pretrained(out, NemotronHForCausalLM, cfg, tok, seed=44)
     assert "backbone.embeddings.weight" in saved_keys(out)
     return TinyCheckpoint(out, model, model.model.norm_f)
+
+
+def lfm2(out: Path) -> TinyCheckpoint:
+    """LFM2 (``Lfm2ForCausalLM``): gated short convolutions beside attention."""
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    tok = build_tokenizer(_SPEC)
+    conv = ["conv", "conv", "full_attention", "conv"]
+    # At transformers' default 0.02 the short convolutions are too weak to change a
+    # greedy token: a stale conv window would decode the same tokens.
+    text = _text(token_ids(tok), initializer_range=0.1)
+    cfg = Lfm2Config(**text, layer_types=conv * 2)
+    model = save_pretrained(out, Lfm2ForCausalLM, cfg, tok, seed=45)
+    assert "model.embedding_norm.weight" in saved_keys(out)
+    return TinyCheckpoint(out, model, model.model.embedding_norm)
 
 
 def deepseek_v4(out: Path) -> TinyCheckpoint:

@@ -5,7 +5,7 @@ one training step old, which accepts next to nothing, so the rounds that accept
 some but not all draft tokens (where ``verifier/cache.py`` restores the recurrent
 layers and re-runs a prefix) are not exercised there. Here a stand-in draft
 proposes the verifier's own greedy continuation with planted errors, so rounds
-accept 0, 1, 2 and all 3 tokens, on tiny Qwen3.5, Kimi-Linear and Nemotron-H
+accept 0, 1, 2 and all 3 tokens, on tiny Qwen3.5, Kimi-Linear, Nemotron-H and LFM2
 checkpoints built with transformers' own classes; the output must equal plain
 greedy decoding token for token. Negative control: the same decoding with the
 rollback reduced to cropping the attention layers (the recurrent states keep the
@@ -36,6 +36,7 @@ BUILDS = {
     "qwen3.5": tiny.qwen3_5,
     "kimi-linear": tiny.kimi_linear,
     "nemotron-h": tiny.nemotron_h,
+    "lfm2": tiny.lfm2,
 }
 PROMPT = [9, 40, 17, 33, 8, 99, 41, 7, 12, 60, 21]
 NEW = 16

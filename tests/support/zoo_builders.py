@@ -83,7 +83,8 @@ BUILDERS: dict[str, Callable[[Path], Member]] = {
     "qwen3.5-moe": _of(tiny.qwen3_5_moe),
     "kimi-linear": _of(tiny.kimi_linear),
     "nemotron-h": _of(tiny.nemotron_h),
+    "lfm2": _of(tiny.lfm2),
 }
 
 #: The zoo's hybrid members (``evaluate`` rolls their recurrent state back).
-HYBRIDS = ("qwen3.5", "qwen3.5-moe", "kimi-linear", "nemotron-h")
+HYBRIDS = ("qwen3.5", "qwen3.5-moe", "kimi-linear", "nemotron-h", "lfm2")
