@@ -55,9 +55,11 @@ def relevant_test_files(units: list[Unit], i: int, tree: Path) -> list[str]:
     """The test files tree ``i`` (pin + units[:i+1]) runs besides upstream's suite.
 
     The unit's own tests, and those of each earlier unit that changes a source
-    file this unit changes too: a unit can only break another's tests through
-    code both touch. (Every unit's tests run together on the last tree, the
-    install: tests/tools/test_vendor_build.py.)
+    file this unit changes too: where two units meet most often. It is a cheap
+    guess, not a proof: a unit can break another's tests through a file only one
+    of them changes. Every unit's tests run together on the last tree, the
+    install (tests/tools/test_vendor_build.py), which catches such a break unless
+    a later unit undoes it.
     """
     mine = source_files(units[i])
     wanted = set(own_test_files(units[i]))
