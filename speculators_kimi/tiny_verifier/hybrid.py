@@ -1,12 +1,12 @@
 """Tiny verifiers of the newer transformers classes, saved as transformers writes them.
 
-Hybrids whose decoder mixes attention with linear-attention or Mamba layers:
-Qwen3.5 (``model.language_model.*`` next to a vision tower, ``x * (1 + w)``
-final norm), Qwen3.5-MoE (text only), Kimi-Linear, Nemotron-H (the Hub's
-``backbone.*`` keys, ``norm_f``, ``mlp_hidden_act``) and LFM2 (short convolutions,
-its final norm ``embedding_norm``). And DeepSeek-V4, whose
-layers carry hyper-connection streams (``hc_mult``) mixed by ``hc_head`` before
-the final norm and ``head.weight``: the verifier no EAGLE-3 draft can train on.
+Hybrids whose decoder mixes attention with linear-attention, Mamba or
+short-convolution layers: Qwen3.5 (``model.language_model.*`` next to a vision
+tower, ``x * (1 + w)`` final norm), Qwen3.5-MoE (text only), Kimi-Linear,
+Nemotron-H (the Hub's ``backbone.*`` keys, ``norm_f``, ``mlp_hidden_act``) and LFM2
+(its final norm ``embedding_norm``). And DeepSeek-V4, whose layers carry
+hyper-connection streams (``hc_mult``) mixed by ``hc_head`` before the final norm
+and ``head.weight``: the verifier no EAGLE-3 draft can train on.
 """
 
 from __future__ import annotations

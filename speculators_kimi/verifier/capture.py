@@ -76,7 +76,6 @@ def decoder_parts(
 
     body = _decoder_body(model)
     config = getattr(body, "config", None) or getattr(model, "config", None)
-    norm_names = final_norm_names(getattr(config, "model_type", None))
     n_layers = getattr(config, "num_hidden_layers", None)
     layers = [
         getattr(body, name)
@@ -89,6 +88,7 @@ def decoder_parts(
         norms = [] if norm is None else [norm]
         names = final_norm
     else:
+        norm_names = final_norm_names(getattr(config, "model_type", None))
         norms = [
             getattr(body, name)
             for name in norm_names
