@@ -2,8 +2,8 @@
 
 EAGLE-3 chains one token per draft step (:class:`.draft.DraftRunner`); DFlash,
 DFlash2 and DSpark propose a block per round (:class:`.block_draft.BlockDraftRunner`).
-The others (:mod:`speculators_kimi.served`) are refused before any tensor is
-loaded, with the reason.
+The others (:mod:`speculators_kimi.served`: XPress among them) are refused
+before any tensor is loaded, with the reason.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..errors import CommandError
-from ..served import BLOCK_ALGORITHMS, SERVED, unserved_reason
+from ..served import BLOCK_ALGORITHMS, EVALUATED, unevaluated_reason
 from .block_draft import BlockDraftRunner, block_tokens
 from .decode import Drafter
 from .draft import DraftRunner
@@ -43,11 +43,11 @@ def check_decodable(
         the most it may be named).
     """
     algorithm = config.get("speculators_model_type")
-    why = unserved_reason(algorithm)
+    why = unevaluated_reason(algorithm)
     if why is not None:
         raise UnsupportedDraftError(
-            f"{checkpoint}: a {algorithm!r} draft; evaluate decodes the drafts "
-            f"vLLM serves ({', '.join(SERVED)}): {why}"
+            f"{checkpoint}: a {algorithm!r} draft; evaluate decodes "
+            f"{', '.join(EVALUATED)}: {why}"
         )
     anchor = config.get("sample_from_anchor")  # written with every block config
     if (

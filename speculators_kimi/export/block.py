@@ -26,8 +26,8 @@ otherwise than training did:
   ``Qwen3DSparkForCausalLM`` holds only the vanilla ``markov_w1``/``markov_w2``
   head), DFlash with ``sample_from_anchor``, a draft without ``mask_token_id``.
 
-Other algorithms (``P-EAGLE``, ``XPress``, MTP) are refused with vLLM's reason
-(:mod:`speculators_kimi.served`).
+XPress is written in vLLM's native layout (:mod:`.xpress`); P-EAGLE and MTP
+are refused with vLLM's reason (:mod:`speculators_kimi.served`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from .errors import ExportError
 __all__ = [
     "BlockCausality",
     "block_serving_config",
+    "causality_by_layer_type",
     "check_markov_head",
     "refuse_unservable",
     "trained_causality",
@@ -95,15 +96,22 @@ def trained_causality(config: dict[str, Any]) -> tuple[bool, ...]:
     return tuple(t == _SLIDING and not non_causal for t in types)
 
 
+def causality_by_layer_type(config: dict[str, Any]) -> BlockCausality:
+    """The causality as trained, for a vLLM class that takes ``is_causal`` or,
+    without it and without ``dflash_config.causal``, its layer-type rule:
+    causal exactly for sliding layers, which is what training did when the
+    layers differ (``sliding_window_non_causal`` false is the only way to get a
+    mix). DSpark's and XPress's exports."""
+    layers = trained_causality(config)
+    return BlockCausality(layers, layers[0] if len(set(layers)) == 1 else None)
+
+
 def _causality(config: dict[str, Any], algorithm: str) -> BlockCausality:
+    if algorithm == "dspark":
+        return causality_by_layer_type(config)
     layers = trained_causality(config)
     if len(set(layers)) == 1:
         return BlockCausality(layers, layers[0])
-    if algorithm == "dspark":
-        # vLLM's rule without is_causal and dflash_config: causal exactly for
-        # sliding layers, which is what training did (sliding_window_non_causal
-        # false is the only way to get a mix).
-        return BlockCausality(layers, None)
     causal = [i for i, c in enumerate(layers) if c]
     bidirectional = [i for i, c in enumerate(layers) if not c]
     raise ExportError(

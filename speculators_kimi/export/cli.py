@@ -8,8 +8,10 @@ from pathlib import Path
 
 from ..served_verifiers import aux_states_note
 from .draft import export_draft
+from .k3_dspark import K3_CLASS
 from .launch import launch_commands
 from .serving_config import MLA_ARCHITECTURE
+from .xpress import XPRESS_CLASS
 
 __all__ = ["add_arguments", "run"]
 
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if result.causality is not None:
         how = (
             f"{result.architecture}'s non-causal block (non_causal_multi_token_decode)"
-            if result.architecture is not None
+            if result.architecture == K3_CLASS
             else f"is_causal {str(result.causality.is_causal).lower()}"
             if result.causality.is_causal is not None
             else "vLLM's layer-type rule (sliding causal, full bidirectional)"
@@ -87,8 +89,9 @@ def run(args: argparse.Namespace) -> int:
             "target's dtype (--dtype of the served model)"
         )
     if result.layout == "native":
+        what = "an XPress" if result.architecture == XPRESS_CLASS else "an MLA"
         print(
-            f"an MLA draft, written for vLLM's "
+            f"{what} draft, written for vLLM's "
             f"{result.architecture or MLA_ARCHITECTURE} (native layout); "
             "vLLM cannot detect it as a draft from `vllm serve DIR`, so serve the "
             "verifier with it as the speculative model:"

@@ -25,6 +25,7 @@ from .k3_dspark import (
 from .serving_config import carried_files, layout_of, serving_config
 from .weights import served_tensors
 from .write import check_not_an_input, check_out, write_export
+from .xpress import XPRESS_CLASS, xpress_config, xpress_tensors
 
 __all__ = ["PROFILE_NAME", "ExportResult", "export_draft"]
 
@@ -52,7 +53,7 @@ class ExportResult:
     #: the dtype the checkpoint was trained in (vLLM runs it in the target's).
     trained_dtype: str | None = None
     #: the vLLM class of a native layout other than the MLA EAGLE-3 one
-    #: (``K3DSparkForCausalLM``: an MLA DSpark).
+    #: (``K3DSparkForCausalLM``: an MLA DSpark; ``Qwen3XPressForCausalLM``).
     architecture: str | None = None
     #: the verifier's architectures, as the draft's config records them.
     verifier_architectures: list[str] = field(default_factory=list)
@@ -60,7 +61,7 @@ class ExportResult:
 
 def _checkpoint_config(checkpoint: Path, out: Path, overwrite: bool) -> dict[str, Any]:
     """The checkpoint's config, once ``checkpoint`` holds a draft vLLM serves
-    (EAGLE-3, DFlash, DFlash2, DSpark) and ``out`` is a place the export may be
+    (EAGLE-3, DFlash, DFlash2, DSpark, XPress) and ``out`` is a place the export may be
     written to."""
     config_file = checkpoint / "config.json"
     if checkpoint.is_file():
@@ -144,7 +145,7 @@ def export_draft(
 ) -> ExportResult:
     """Write ``out``: ``checkpoint`` in the form vLLM serves (``vllm serve out``
     for Llama-style EAGLE-3 layers and the block drafters; ``--speculative-config``
-    for MLA layers).
+    for MLA layers and XPress).
 
     The export is written to a staging directory beside ``out`` and renamed into
     place, so ``out`` is either the previous directory or the whole new export,
@@ -162,8 +163,9 @@ def export_draft(
     :raises ExportError: no Hub id for the verifier, ``out`` is the checkpoint or
         a non-empty directory (without ``overwrite``), a draft vLLM cannot serve
         as trained (an MLA draft with ``norm_before_fc``, a block drafter whose
-        layers' causality or head vLLM cannot express: :mod:`.block`), or an
-        algorithm vLLM refuses (P-EAGLE, XPress).
+        layers' causality or head vLLM cannot express: :mod:`.block`; an XPress
+        draft of a reduced vocabulary: :mod:`.xpress`), or an algorithm vLLM
+        refuses (P-EAGLE).
     :raises DraftMismatchError: ``verifier`` is not of the draft's geometry.
     """
     from safetensors.torch import load_file
@@ -205,6 +207,11 @@ def export_draft(
         causality = BlockCausality((False,) * layers, False)
         architecture = K3_CLASS
         kept, dropped = k3_dspark_tensors(tensors)
+    elif algorithm == "xpress":
+        # vLLM's Qwen3XPressForCausalLM: native layout, its refiner's names.
+        serving, causality = xpress_config(config)
+        architecture = XPRESS_CLASS
+        kept, dropped = xpress_tensors(tensors)
     else:
         if algorithm in SERVE_METHOD:
             serving, causality = block_serving_config(config, hub_id)

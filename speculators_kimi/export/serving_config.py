@@ -58,10 +58,15 @@ _TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 def layout_of(config: dict[str, Any]) -> str:
-    """``native`` for a draft with MLA layers (vLLM's speculators parser cannot
-    map them), else ``speculators``."""
+    """``native`` for a draft with MLA layers or an XPress draft (vLLM's
+    speculators parser cannot map them), else ``speculators``."""
     layer_type = config["transformer_layer_config"].get("model_type")
-    return "native" if layer_type == MLA_LAYER_TYPE else "speculators"
+    native = layer_type == MLA_LAYER_TYPE
+    return (
+        "native"
+        if native or config.get("speculators_model_type") == "xpress"
+        else "speculators"
+    )
 
 
 def carried_files(layout: str) -> tuple[str, ...]:

@@ -58,8 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-speculative-tokens",
         type=positive_int,
         default=None,
-        help="for an MLA export: the speculative config's num_speculative_tokens "
-        "(EAGLE-3: default 3; DSpark: default its block size, as vLLM does)",
+        help="for a native export: the speculative config's num_speculative_tokens "
+        "(MLA EAGLE-3: default 3; MLA DSpark: default its block size, as vLLM "
+        "does; XPress: default its block size - 1, as the export's serve line)",
     )
     add_json_argument(parser)
 
@@ -123,12 +124,15 @@ def _verifier_note(verifier: str, version: str) -> str | None:
 
 def _draft_kind(config: dict[str, Any]) -> str:
     """The algorithm of a checkpoint's or an export's ``config.json``: the
-    speculators layouts name it; vLLM's native ones are DSpark (``k3_dspark``)
-    or EAGLE-3 (the MLA layout)."""
+    speculators layouts name it; vLLM's native ones are DSpark (``k3_dspark``),
+    XPress (``Qwen3XPressModel``) or EAGLE-3 (the MLA layout)."""
     from ..export.k3_dspark import K3_MODEL_TYPE
+    from ..export.xpress import is_xpress_export
 
     if "speculators_model_type" in config:
         return str(config["speculators_model_type"])
+    if is_xpress_export(config):
+        return "xpress"
     return "dspark" if config.get("model_type") == K3_MODEL_TYPE else "eagle3"
 
 
@@ -170,13 +174,20 @@ def run(args: argparse.Namespace) -> int:
             f"{args.export} --verifier {args.verifier}"
         )
     export_config = json.loads((Path(args.export) / "config.json").read_text())
+    if export_config.get("speculators_model_type") == "xpress":
+        raise CommandError(
+            f"export {args.export}: an XPress checkpoint, not an export (vLLM "
+            "serves XPress only in its native layout); write one first: "
+            f"speculators-kimi export {args.export} --out DIR, then vllm-check DIR "
+            f"--checkpoint {args.export} --verifier {args.verifier}"
+        )
     if (
         args.num_speculative_tokens is not None
         and "speculators_config" in export_config
     ):
         # vLLM reads K from this layout's config.json: the flag would be ignored
         raise CommandError(
-            f"--num-speculative-tokens is for an MLA export; export {args.export} "
+            f"--num-speculative-tokens is for a native export; export {args.export} "
             "is in the speculators format, whose config.json sets it "
             f"(speculative_tokens {served_tokens(export_config)}): drop the flag"
         )

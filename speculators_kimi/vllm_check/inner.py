@@ -22,20 +22,24 @@ __all__ = ["check_export", "main"]
 
 def check_export(request: CheckRequest) -> dict[str, Any]:
     """The check for the export's layout (speculators format: EAGLE-3 or a
-    block drafter; or native MLA)."""
+    block drafter; or native: MLA DSpark, XPress, MLA EAGLE-3)."""
     from speculators_kimi.export.k3_dspark import K3_MODEL_TYPE
+    from speculators_kimi.export.xpress import is_xpress_export
     from speculators_kimi.served import BLOCK_ALGORITHMS
 
     from .block_layout import check_block_layout
     from .k3_dspark import check_k3_dspark
     from .native_mla import check_native_mla
     from .speculators_layout import check_speculators_layout
+    from .xpress import check_xpress
 
     config = json.loads((Path(request.export) / "config.json").read_text())
     if config.get("speculators_model_type") in BLOCK_ALGORITHMS:
         report: dict[str, Any] = check_block_layout(request)
     elif config.get("model_type") == K3_MODEL_TYPE:
         report = check_k3_dspark(request, config)
+    elif is_xpress_export(config):
+        report = check_xpress(request, config)
     elif "speculators_config" in config:
         report = check_speculators_layout(request)
     else:

@@ -43,6 +43,13 @@ def problems(report: dict[str, Any]) -> list[str]:
             f"draft was trained on (positions {block + 1}-{k} never were); serve it "
             f"with num_speculative_tokens {block} or fewer"
         )
+    xpress_block = serve.get("xpress_block_size")
+    if k is not None and xpress_block is not None and k + 1 != xpress_block:
+        found.append(
+            f"vLLM's XPress would draft 1 + {k} slots per step against a refiner "
+            f"trained on blocks of {xpress_block} (nothing in vLLM checks the two "
+            f"agree); serve it with num_speculative_tokens {xpress_block - 1}"
+        )
     step = report.get("one_step") or {}
     diff = step.get("max_rel_logit_diff")
     if diff is not None and not (diff <= MAX_REL_LOGIT_DIFF):  # NaN fails too

@@ -258,7 +258,7 @@ def test_block_drafters_decode_losslessly(verifier, drafts, name):
 @pytest.mark.parametrize(
     ("algorithm", "why"),
     [
-        ("xpress", "Qwen3XPress.*train --speculator-type dflash or dspark"),
+        ("xpress", "Jacobi refinement.*check it with vllm-check"),
         ("peagle", "P-EAGLE"),
         ("mtp", "MTP layer"),
         ("medusa", "'medusa' is no draft speculators trains"),

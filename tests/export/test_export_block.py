@@ -1,8 +1,10 @@
 """`speculators-kimi export` and `vllm-check` for the block drafters (dflash,
-dflash2, dspark), on tiny random-weight drafts of a tiny Llama verifier: what
-the export writes and refuses (in process), then every export checked with vLLM
-0.34's own classes in one scratch-env process (the shared scratch env of
-`test_export.py`), a flipped causality flag included."""
+dflash2, dspark in the speculators format; xpress in vLLM's native layout), on
+tiny random-weight drafts of a tiny Llama verifier: what the export writes and
+refuses (in process), then every export checked with vLLM 0.34's own classes in
+one scratch-env process (the shared scratch env of `test_export.py`), a flipped
+causality flag, a mixer under the wrong name and an XPress served past its
+block included."""
 
 from __future__ import annotations
 
@@ -34,7 +36,11 @@ DRAFTS = {
     "dflash2": ("dflash2", ["sliding_attention"] * 2, {}, True),
     # A causal sliding layer beside a bidirectional full one, reduced vocabulary.
     "dspark": ("dspark", ["sliding_attention", "full_attention"], {}, False),
+    # The same mix, full vocabulary (vLLM's XPress serves no other).
+    "xpress": ("xpress", ["sliding_attention", "full_attention"], {}, True),
 }
+#: The drafts exported in the speculators format (xpress: native).
+SPECULATORS_LAYOUT = ("dflash", "dflash2", "dspark")
 
 
 def _draft(verifier: Path, out: Path, name: str, vocab: int) -> Path:
@@ -75,6 +81,7 @@ def _draft(verifier: Path, out: Path, name: str, vocab: int) -> Path:
         selector_rank=8,
         selector_top_k=4,
         conv_group_size=8,
+        xpress_rank=16,
         **extra,
     )
     model = cls.from_training_args(layer, t2d=t2d, d2t=d2t, **kwargs)
@@ -111,7 +118,7 @@ def test_block_exports_write_what_vllm_reads_and_refuse_what_it_cannot(
     block_drafts, tmp_path
 ):
     out = {}
-    for name in DRAFTS:
+    for name in SPECULATORS_LAYOUT:
         result = export_draft(block_drafts[name], tmp_path / name, verifier_id=HUB_ID)
         assert result.causality is not None
         out[name] = result
@@ -136,7 +143,7 @@ def test_block_exports_write_what_vllm_reads_and_refuse_what_it_cannot(
             assert result.causality.layers == (False, False)
             assert layer["is_causal"] is False
     # dflash2 is served under vLLM's method dflash.
-    assert [out[n].method for n in DRAFTS] == ["dflash", "dflash", "dspark"]
+    assert [out[n].method for n in SPECULATORS_LAYOUT] == ["dflash", "dflash", "dspark"]
     spec = json.loads(launch_commands(out["dflash2"])[1].split("'")[1])
     assert spec["method"] == "dflash" and spec["num_speculative_tokens"] == BLOCK - 1
 
@@ -158,9 +165,6 @@ def test_block_exports_write_what_vllm_reads_and_refuse_what_it_cannot(
     peagle = refused("dflash", speculators_model_type="peagle")
     assert "P-EAGLE (parallel drafting EAGLE-3) is not supported." in peagle
     assert "train --speculator-type eagle3" in peagle  # the fix, too
-    xpress = refused("dflash", speculators_model_type="xpress")
-    assert "native full-vocabulary Qwen3XPress layout" in xpress
-    assert "train --speculator-type dflash or dspark" in xpress
     assert "only the vanilla Markov head" in refused("dspark", markov_head_type="gated")
     assert "only the vanilla Markov head" in refused(
         "dspark",
@@ -186,19 +190,85 @@ def test_block_exports_write_what_vllm_reads_and_refuse_what_it_cannot(
     )
 
 
+def test_xpress_exports_in_vllms_native_layout_and_refuses_what_it_cannot(
+    block_drafts, tmp_path
+):
+    """vLLM's Qwen3XPressForCausalLM reads a Qwen3 config of its own (its
+    speculators parser has no xpress): the refiner under vLLM's names, the raw
+    mixer as ``mix.L``, the block written twice (the refiner's and the served
+    count), served as method dflash with B - 1 tokens."""
+    result = export_draft(block_drafts["xpress"], tmp_path / "out", verifier_id=HUB_ID)
+    assert (result.layout, result.method) == ("native", "dflash")
+    assert result.architecture == "Qwen3XPressForCausalLM"
+    assert result.num_speculative_tokens == BLOCK - 1
+    # Causal sliding + bidirectional full: left to vLLM's layer-type rule.
+    assert result.causality is not None and result.causality.layers == (True, False)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    trained = json.loads((block_drafts["xpress"] / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3XPressModel"]
+    assert config["model_type"] == "qwen3" and "speculators_config" not in config
+    assert "is_causal" not in config
+    assert config["layer_types"] == ["sliding_attention", "full_attention"]
+    assert config["dflash_config"] == {
+        "mask_token_id": MASK,
+        "target_layer_ids": [0, 1, 2],  # aux layers 1, 2, 3; vLLM adds one
+        "use_aux_hidden_state": True,
+    }
+    assert (config["xpress_block_size"], config["num_speculative_steps"]) == (
+        BLOCK,
+        BLOCK - 1,
+    )
+    assert (config["xpress_rank"], config["xpress_mlp_hidden"]) == (16, 32)
+    assert config["xpress_num_passes"] == trained["num_jacobi_passes"]
+    vocab = trained["transformer_layer_config"]["vocab_size"]
+    assert config["draft_vocab_size"] == config["vocab_size"] == vocab
+    assert config["xpress_topc"] == min(512, vocab)
+    assert config["sample_from_anchor"] is False and config["head_dim"] == 8
+    tensors = load_file(tmp_path / "out" / "model.safetensors")
+    mine = load_file(block_drafts["xpress"] / "model.safetensors")
+    assert torch.equal(tensors["xpress_head.mix.L"], mine["refiner_head.mix_l"])
+    assert torch.equal(
+        tensors["xpress_head.w1.weight"], mine["refiner_head.token_embed.weight"]
+    )
+    assert torch.equal(
+        tensors["xpress_head.w2.weight"], mine["refiner_head.readout.weight"]
+    )
+    assert "xpress_head.mlp.gate_proj.weight" in tensors
+    assert not any(n.startswith("refiner_head.") for n in tensors)
+    assert {"fc.weight", "hidden_norm.weight", "norm.weight"} <= set(tensors)
+    assert not {"embed_tokens.weight", "lm_head.weight", "t2d", "d2t"} & set(tensors)
+    (command,) = launch_commands(result)
+    spec = json.loads(command.split("'")[1])
+    assert spec["method"] == "dflash" and spec["num_speculative_tokens"] == BLOCK - 1
+
+    def refused(**changes: object) -> str:
+        return export_refusal(block_drafts["xpress"], tmp_path, HUB_ID, **changes)
+
+    assert "requires a full-vocab draft" in refused(draft_vocab_size=vocab // 2)
+    assert "fill-in layout" in refused(sample_from_anchor=True)
+    assert "takes a power of two" in refused(xpress_rank=24)
+    layer = trained["transformer_layer_config"]
+    mla = refused(transformer_layer_config={**layer, "model_type": "deepseek_v3"})
+    assert "only with Qwen3 layers" in mla
+
+
 @pytest.mark.slow
 def test_vllm_loads_block_exports_and_catches_a_flipped_causal_flag(
     block_drafts, tmp_path
 ):
-    """vLLM 0.34's own DFlash, DFlash2 and DSpark classes on CPU, every export in
-    one scratch-env process: each loads fully and its block step matches the
-    training forward; the dflash export with its causality flipped (vLLM's
-    default reading of the checkpoint, causal) does not."""
+    """vLLM 0.34's own DFlash, DFlash2, DSpark and XPress classes on CPU, every
+    export in one scratch-env process: each loads fully and its block step
+    (XPress: base logits and one refine pass) matches the training forward; the
+    dflash export with its causality flipped (vLLM's default reading of the
+    checkpoint, causal) does not, an XPress mixer under vLLM's folded name stays
+    unloaded, and XPress served with a count other than its block is caught."""
+    from safetensors.torch import save_file
+
     from speculators_kimi.vllm_check.env import default_env, ensure_env
     from speculators_kimi.vllm_check.request import CheckRequest
 
     requests = []
-    for name in DRAFTS:
+    for name in SPECULATORS_LAYOUT:
         export_draft(block_drafts[name], tmp_path / name, verifier_id=HUB_ID)
         requests.append(
             CheckRequest(
@@ -223,6 +293,23 @@ def test_vllm_loads_block_exports_and_catches_a_flipped_causal_flag(
             tokens=12,
         )
     )
+    xpress = tmp_path / "xpress"
+    export_draft(block_drafts["xpress"], xpress, verifier_id=HUB_ID)
+    folded = tmp_path / "folded"
+    folded.mkdir()
+    for item in xpress.iterdir():
+        (folded / item.name).write_bytes(item.read_bytes())
+    tensors = load_file(folded / "model.safetensors")
+    tensors["xpress_head.mix_L"] = tensors.pop("xpress_head.mix.L")
+    save_file(tensors, folded / "model.safetensors")
+    ckpt, verifier = str(block_drafts["xpress"]), str(block_drafts["verifier"])
+    requests += [
+        CheckRequest(str(xpress), ckpt, verifier, tokens=12),
+        CheckRequest(str(folded), ckpt, verifier, tokens=12),
+        CheckRequest(
+            str(xpress), ckpt, verifier, tokens=12, num_speculative_tokens=BLOCK
+        ),
+    ]
 
     python = ensure_env(default_env("0.34.0"), "0.34.0")
     inner = [str(python), "-m", "speculators_kimi.vllm_check.inner"]
@@ -231,13 +318,13 @@ def test_vllm_loads_block_exports_and_catches_a_flipped_causal_flag(
         [*inner, json.dumps([asdict(r) for r in requests])], env=offline, timeout=600
     )
     reports = json.loads(proc.stdout.strip().splitlines()[-1])
-    *good, flip = reports
+    *good, flip, xp, xp_folded, xp_past = reports
     classes = [
         "qwen3_dflash.DFlashQwen3ForCausalLM",
         "qwen3_dflash2.DFlash2Qwen3ForCausalLM",
         "qwen3_dspark.Qwen3DSparkForCausalLM",
     ]
-    for name, report, cls in zip(DRAFTS, good, classes, strict=True):
+    for name, report, cls in zip(SPECULATORS_LAYOUT, good, classes, strict=True):
         assert report["vllm"] == "0.34.0", name
         assert report["draft_module"].endswith(cls), name
         assert report["parameters_not_loaded"] == [], name
@@ -269,3 +356,32 @@ def test_vllm_loads_block_exports_and_catches_a_flipped_causal_flag(
     assert not flip["causality"]["as_trained"]
     assert flip["one_step"]["max_abs_logit_diff"] > 1e-2, flip["one_step"]
     assert any("causality [True, True]" in line for line in problems(flip))
+    # XPress: the native layout picks vLLM's XPress speculator under method
+    # dflash; every parameter loaded (the raw mixer folded), the refined logits
+    # of one pass equal training's, causality by layer type as trained.
+    assert xp["draft_module"].endswith("qwen3_xpress.Qwen3XPressForCausalLM")
+    assert xp["serve"] == {
+        "method": "dflash",
+        "speculator_config": "XPressSpeculatorConfig",
+        "num_speculative_tokens": BLOCK - 1,
+        "xpress_block_size": BLOCK,
+    }
+    assert xp["parameters_not_loaded"] == []
+    assert xp["shared_from_verifier"] == ["model.embed_tokens.weight", "lm_head.weight"]
+    assert xp["causality"] == {
+        "trained": [True, False],
+        "vllm": [True, False],
+        "as_trained": True,
+    }
+    assert xp["aux_layers"]["vllm"] == xp["aux_layers"]["trained"] == [1, 2, 3]
+    step = xp["one_step"]
+    assert step["max_abs_logit_diff"] < 1e-4 and step["same_argmax"], step
+    assert step["base_max_rel_logit_diff"] < 1e-5, step
+    assert problems(xp) == []
+    # vLLM drops a mixer stored folded (mix_L): it stays NaN, and is reported.
+    assert xp_folded["parameters_not_loaded"] == ["model.xpress_head.mix_L"]
+    assert any("did not load" in line for line in problems(xp_folded))
+    assert any(
+        f"serve it with num_speculative_tokens {BLOCK - 1}" in line
+        for line in problems(xp_past)
+    )

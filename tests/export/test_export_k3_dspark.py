@@ -3,7 +3,8 @@
 the native ``k3_dspark`` layout vLLM 0.34 serves with ``K3DSparkForCausalLM``,
 what the export refuses, and the export loaded into vLLM's own class on CPU
 (every parameter loaded, one block step's logits with the Markov bias equal to
-upstream's training forward)."""
+upstream's training forward); and an XPress draft of it (Qwen3 layers) in
+vLLM's native XPress layout, checked the same way."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ HUB_ID = "moonshotai/Kimi-K2.5"
 BLOCK = 4
 
 
-def _train_built(verifier: Path, data: Path, algorithm: str, *extra: str) -> Any:
+def _train_built(
+    verifier: Path, data: Path, algorithm: str, *extra: str, arch: str = "deepseek_v3"
+) -> Any:
     """The draft ``speculators train`` builds (its own functions), moved away
     from its initial weights, the verifier's tensors left exact."""
     from speculators.model import SpeculatorModel
@@ -36,7 +39,7 @@ def _train_built(verifier: Path, data: Path, algorithm: str, *extra: str) -> Any
 
     data.mkdir(exist_ok=True)
     argv = ["--verifier-name-or-path", str(verifier), "--data-path", str(data)]
-    argv += ["--speculator-type", algorithm, "--draft-arch", "deepseek_v3"]
+    argv += ["--speculator-type", algorithm, "--draft-arch", arch]
     argv += ["--block-size", str(BLOCK), "--num-layers", "2", *extra]
     args = argparse.Namespace(**TrainConfig.resolve(argv).flatten())
     d2t, t2d, vocab = cli.parse_vocab_mappings(args)
@@ -59,6 +62,12 @@ def mla(tmp_path_factory) -> dict[str, Path]:
         draft = _train_built(verifier, root / "data", algorithm)
         draft.save_pretrained(root / algorithm)
         out[algorithm] = root / algorithm
+    # XPress, whose vLLM class is Qwen3 only: Qwen3 layers on the MLA verifier.
+    xpress = _train_built(
+        verifier, root / "data", "xpress", "--xpress-rank", "16", arch="qwen3"
+    )
+    xpress.save_pretrained(root / "xpress")
+    out["xpress"] = root / "xpress"
     return out
 
 
@@ -157,13 +166,19 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
             str(tmp_path / "yarn"), str(yarn_ckpt), str(mla["verifier"]), tokens=160
         )
     )
+    # An XPress draft of the Kimi-K2.5 (Qwen3 layers): vLLM's native XPress.
+    export_draft(mla["xpress"], tmp_path / "xpress", verifier_id=HUB_ID)
+    xpress_ckpt = str(mla["xpress"])
+    requests.append(
+        CheckRequest(str(tmp_path / "xpress"), xpress_ckpt, verifier, tokens=12)
+    )
     python = ensure_env(default_env("0.34.0"), "0.34.0")
     inner = [str(python), "-m", "speculators_kimi.vllm_check.inner"]
     offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = run(
         [*inner, json.dumps([asdict(r) for r in requests])], env=offline, timeout=600
     )
-    report, wrong, yarned = json.loads(proc.stdout.strip().splitlines()[-1])
+    report, wrong, yarned, xpress = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["vllm"] == "0.34.0"
     assert report["draft_module"].endswith("dspark_mla.K3DSparkForCausalLM")
     assert report["parsed"]["hf_config_class"] == "K3DSparkConfig"
@@ -192,3 +207,11 @@ def test_vllm_k3_dspark_loads_the_export_and_matches_a_block_step(mla, tmp_path)
     assert yarned["parameters_not_loaded"] == []
     assert yarned["one_step"]["max_rel_logit_diff"] < 1e-5, yarned["one_step"]
     assert yarned["one_step"]["same_argmax"]
+    assert xpress["draft_module"].endswith("Qwen3XPressForCausalLM")
+    assert xpress["target_config"] != verifier  # the multimodal Kimi's text stand-in
+    assert xpress["parameters_not_loaded"] == []
+    assert xpress["aux_layers"]["vllm"] == xpress["aux_layers"]["trained"]
+    assert xpress["causality"]["as_trained"]
+    assert xpress["one_step"]["max_rel_logit_diff"] < 1e-5, xpress["one_step"]
+    assert xpress["one_step"]["same_argmax"]
+    assert problems(xpress) == []

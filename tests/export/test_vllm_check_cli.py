@@ -62,6 +62,12 @@ def changed(path: str, value: object) -> dict[str, Any]:
             "masks out another set of tokens",
         ),
         (changed("one_step.max_abs_confidence_diff", 0.2), "confidence head"),
+        (
+            # XPress: vLLM drafts 1 + K slots whatever block the refiner holds
+            {"serve": {"num_speculative_tokens": 4, "xpress_block_size": 4}},
+            "1 + 4 slots per step against a refiner trained on blocks of 4",
+        ),
+        ({"serve": {"num_speculative_tokens": 3, "xpress_block_size": 4}}, None),
     ],
 )
 def test_problems(report, expected):
@@ -109,6 +115,21 @@ def test_a_training_checkpoint_given_as_the_export_is_refused(tmp_path, capsys):
     assert f"speculators-kimi export {checkpoint} --out DIR" in err
 
 
+def test_an_xpress_checkpoint_given_as_the_export_is_refused(tmp_path, capsys):
+    """vLLM serves XPress only in its native layout: the checkpoint itself
+    would end in the scratch env's traceback."""
+    from speculators_kimi import cli
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text('{"speculators_model_type": "xpress"}')
+    args = ["vllm-check", str(checkpoint), "--checkpoint", str(checkpoint)]
+    assert cli.main([*args, "--verifier", str(tmp_path / "v")]) == 1
+    err = capsys.readouterr().err
+    assert "an XPress checkpoint, not an export" in err
+    assert f"speculators-kimi export {checkpoint} --out DIR" in err
+
+
 def test_num_speculative_tokens_for_a_speculators_layout_is_refused(tmp_path, capsys):
     """vLLM reads K from that layout's config.json: the flag was ignored."""
     from speculators_kimi import cli
@@ -122,7 +143,7 @@ def test_num_speculative_tokens_for_a_speculators_layout_is_refused(tmp_path, ca
     code = cli.main([*args, str(tmp_path), "--num-speculative-tokens", "6"])
     assert code == 1
     err = capsys.readouterr().err
-    assert "--num-speculative-tokens is for an MLA export" in err
+    assert "--num-speculative-tokens is for a native export" in err
     assert "(speculative_tokens 4): drop the flag" in err
 
 
@@ -131,6 +152,7 @@ def test_num_speculative_tokens_for_a_speculators_layout_is_refused(tmp_path, ca
     [
         ({"speculators_model_type": "dspark"}, "dspark"),
         ({"model_type": "k3_dspark"}, "dspark"),
+        ({"architectures": ["Qwen3XPressModel"]}, "xpress"),
         ({"model_type": "deepseek_v3"}, "eagle3"),  # the native MLA EAGLE-3
     ],
 )

@@ -1,0 +1,198 @@
+"""The check of an XPress export (native layout, :mod:`..export.xpress`), the way
+``vllm serve VERIFIER --speculative-config '{"method": "dflash", "model":
+EXPORT, "num_speculative_tokens": B - 1}'`` takes it: vLLM's ``ModelConfig`` for
+the target and ``SpeculativeConfig`` for the draft (the class's own
+``XPressSpeculatorConfig`` is chosen), the class ``ModelRegistry`` resolves
+(``Qwen3XPressForCausalLM``) built under that ``VllmConfig``, every parameter
+NaN-filled, the export loaded through its own ``load_weights`` (which folds the
+raw mixer) and ``process_weights_after_loading``; the verifier's embedding and
+head then shared as vLLM's loader shares them.
+
+One block step, as vLLM's ``XPressSpeculator`` drives it: the context's aux
+states through ``combine_hidden_states`` and ``precompute_and_store_context_kv``,
+the block ``[anchor, mask, ...]`` through ``forward``, the base logits
+(``compute_draft_logits``), then the refiner's bias for a block of previous
+tokens (the anchor standing in for its own predecessor, as vLLM's speculator
+has it), through ``XPressRefinerHead.hidden_cache`` and ``refine_bias``: the
+math of one Jacobi pass, which vLLM runs in Triton kernels (no CPU path) over
+the base logits' top-C. Ours is upstream's training forward with its
+``refiner_head.block_bias`` for the same tokens. What is stubbed:
+:data:`.stubs.BLOCK_STUBS`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .block_layout import (
+    _compare,
+    _load,
+    _ours_block,
+    block_step_inputs,
+    load_block_ours,
+)
+from .draft import aux_source, cpu_vllm_config, vllm_version
+from .native_mla import _text_target
+from .request import CheckRequest
+from .stubs import BLOCK_STUBS, init_single_process, stub_block_drafter
+
+__all__ = ["check_xpress"]
+
+_PARSED = (
+    "architectures",
+    "vocab_size",
+    "draft_vocab_size",
+    "hidden_size",
+    "head_dim",
+    "num_hidden_layers",
+    "layer_types",
+    "is_causal",
+    "dflash_config",
+    "target_hidden_size",
+    "sample_from_anchor",
+    "xpress_block_size",
+    "xpress_rank",
+    "xpress_mlp_hidden",
+    "xpress_num_passes",
+    "xpress_topc",
+)
+
+
+def _configs(request: CheckRequest, target_dir: str, block: int):  # type: ignore[no-untyped-def]
+    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
+
+    target = ModelConfig(model=target_dir, dtype="float32")
+    k = request.num_speculative_tokens
+    spec = SpeculativeConfig(
+        model=request.export,
+        method="dflash",
+        target_model_config=target,
+        target_parallel_config=ParallelConfig(),
+        # the serve line's count unless the check is asked another
+        num_speculative_tokens=block - 1 if k is None else k,
+    )
+    return spec, cpu_vllm_config(target, spec)
+
+
+def _build(config, spec):  # type: ignore[no-untyped-def]
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.models.registry import ModelRegistry
+    from vllm.v1.worker.workspace import init_workspace_manager
+
+    draft_config = spec.draft_model_config
+    with set_current_vllm_config(config):
+        init_single_process()
+        init_workspace_manager(torch.device("cpu"))
+        cls, arch = ModelRegistry.resolve_model_cls(
+            draft_config.architectures, model_config=draft_config
+        )
+        draft = cls(vllm_config=config)
+    module = f"{cls.__module__}.{cls.__qualname__}"
+    return draft, {"draft_class": arch, "draft_module": module}
+
+
+def _vllm_block(draft, config, ctx_aux, block_ids, prev_ids):  # type: ignore[no-untyped-def]
+    """vLLM's block: base logits over the target vocabulary and the refiner's
+    bias for ``prev_ids`` (its class's ``refine_bias``, not the instance's
+    ``torch.compile`` wrapper)."""
+    import torch
+    from vllm.config import set_current_vllm_config
+
+    n, b = ctx_aux.shape[0], block_ids.shape[0]
+    with torch.no_grad(), set_current_vllm_config(config):
+        states = draft.combine_hidden_states(ctx_aux)
+        draft.precompute_and_store_context_kv(states, torch.arange(n), torch.arange(n))
+        hidden = draft(block_ids, torch.arange(n, n + b))
+        base = draft.compute_draft_logits(hidden)
+        head = draft.model.xpress_head
+        cache = head.hidden_cache(hidden[None])
+        bias = type(head).refine_bias(head, prev_ids[None], cache)[0]
+    return base.float(), (base + bias).float()
+
+
+def _ours(ours, aux, block_ids, prev_ids):  # type: ignore[no-untyped-def]
+    import torch
+
+    hidden, base, _ = _ours_block(ours, aux, block_ids, prev_ids)
+    with torch.no_grad():
+        bias = ours.refiner_head.block_bias(prev_ids[None], hidden_states=hidden[None])
+    return base, base + bias[0].float()
+
+
+def check_xpress(request: CheckRequest, exported: dict[str, Any]) -> dict:
+    """The XPress export as vLLM parses, builds and loads it; one block step's
+    base and refined logits against the training forward of the checkpoint."""
+    import gc
+    import shutil
+    import tempfile
+
+    import torch
+    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
+        get_eagle3_aux_layers_from_config,
+    )
+    from vllm.v1.worker.gpu.spec_decode.speculator_config import (
+        get_speculator_config_class,
+    )
+
+    from ..export.block import trained_causality
+
+    report: dict[str, Any] = {"vllm": vllm_version(), "layout": "native"}
+    block = int(exported["xpress_block_size"])
+    scratch = Path(tempfile.mkdtemp(prefix="vllm-check-"))
+    try:
+        target_dir, stand_in = _text_target(request.verifier, scratch / "target")
+        report["target_config"] = stand_in or request.verifier
+        spec, config = _configs(request, target_dir, block)
+        hf = spec.draft_model_config.hf_config
+        report["parsed"] = {
+            "hf_config_class": type(hf).__name__,
+            **{key: getattr(hf, key, None) for key in _PARSED},
+        }
+        report["serve"] = {
+            "method": spec.method,
+            "speculator_config": get_speculator_config_class(spec).__name__,
+            "num_speculative_tokens": spec.num_speculative_tokens,
+            "xpress_block_size": block,
+        }
+        torch.set_default_dtype(torch.float32)
+        ours = load_block_ours(request)
+        aux_layers = list(get_eagle3_aux_layers_from_config(spec) or [])
+        report["aux_layers"] = {
+            "vllm": aux_layers,
+            "trained": list(ours.target_layer_ids),
+        }
+        source = aux_source(request, ours.target_layer_ids)
+        report["aux_states"] = type(source).__name__
+        stub_block_drafter()
+        report["stubbed"] = BLOCK_STUBS
+        draft, built = _build(config, spec)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    report.update(built)
+    report.update(_load(draft, config, request, ours))
+    vllm_causal = [bool(c) for c in draft.get_draft_attn_causal()]
+    for layer, causal in zip(draft.model.layers, vllm_causal, strict=True):
+        layer.self_attn.attn.causal = causal
+    trained = json.loads((Path(request.checkpoint) / "config.json").read_text())
+    as_trained = list(trained_causality(trained))
+    report["causality"] = {
+        "trained": as_trained,
+        "vllm": vllm_causal,
+        "as_trained": as_trained == vllm_causal,
+    }
+    aux, block_ids, prev_ids = block_step_inputs(ours, source, request.tokens)
+    their_base, theirs = _vllm_block(draft, config, aux, block_ids, prev_ids)
+    del draft, config
+    gc.collect()
+
+    my_base, mine = _ours(ours, aux, block_ids, prev_ids)
+    vocab = torch.arange(ours.draft_vocab_size)
+    step: dict[str, Any] = {"context_tokens": request.tokens, "tokens": block}
+    step.update(_compare(theirs, mine, vocab, source.vocab_size))
+    base = _compare(their_base, my_base, vocab, source.vocab_size)
+    step["base_max_rel_logit_diff"] = base["max_rel_logit_diff"]
+    report["one_step"] = step
+    return report
