@@ -1,8 +1,8 @@
 """Which draft algorithms vLLM 0.34 serves from a speculators checkpoint.
 
-``export`` writes and ``vllm-check`` loads exactly these, and ``evaluate``
-decodes all of them but XPress (:data:`EVALUATED`); the other algorithms
-upstream trains are refused by each command with the same reason, from here.
+``evaluate`` decodes, ``export`` writes and ``vllm-check`` loads exactly these;
+the other algorithms upstream trains are refused by each command with the same
+reason, from here.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 
 __all__ = [
     "BLOCK_ALGORITHMS",
-    "EVALUATED",
     "SERVED",
     "SERVE_METHOD",
     "served_tokens",
-    "unevaluated_reason",
     "unserved_reason",
+    "xpress_topc",
+    "xpress_unserved_reason",
 ]
 
 #: The block drafters, and the vLLM ``method`` each is served under (vLLM's
@@ -32,14 +32,8 @@ SERVE_METHOD = {
 BLOCK_ALGORITHMS = tuple(SERVE_METHOD)
 #: Every algorithm served: EAGLE-3 chains a token per step, the others a block.
 SERVED = ("eagle3", *BLOCK_ALGORITHMS)
-#: Served, and not decoded by ``evaluate``, with why.
-_NOT_EVALUATED = {
-    "xpress": "evaluate does not run XPress's Jacobi refinement (vLLM drafts "
-    "its block with Triton kernels over the base logits' top-C); export it and "
-    "check it with vllm-check, or measure acceptance with vLLM",
-}
-#: What ``evaluate`` decodes.
-EVALUATED = tuple(a for a in SERVED if a not in _NOT_EVALUATED)
+#: vLLM's XPress top-C when the draft's config names none (``Qwen3XPressModel``).
+_XPRESS_TOPC = 512
 
 #: Why vLLM 0.34 does not serve a draft of these algorithms, and what to train.
 _NOT_SERVED = {
@@ -72,7 +66,60 @@ def unserved_reason(algorithm: object) -> str | None:
     )
 
 
-def unevaluated_reason(algorithm: object) -> str | None:
-    """Why ``evaluate`` does not decode a draft of ``algorithm`` (``None`` when
-    it does): :func:`unserved_reason`, or why a served one is not decoded."""
-    return unserved_reason(algorithm) or _NOT_EVALUATED.get(str(algorithm))
+def xpress_topc(vocab_size: int) -> int:
+    """The top-C an XPress draft is served with: vLLM's default, capped at the
+    vocabulary (vLLM refuses a larger one). ``export`` writes it; ``evaluate``
+    drafts with it."""
+    return min(_XPRESS_TOPC, vocab_size)
+
+
+#: The MLP width vLLM's XPress latent kernel steps through, unmasked
+#: (``xpress_latent_pass``: ``HT=64``).
+_XPRESS_MLP_TILE = 64
+
+
+def xpress_unserved_reason(config: Mapping[str, Any]) -> str | None:
+    """Why vLLM 0.34's XPress (``Qwen3XPressForCausalLM`` and its kernels)
+    cannot serve the XPress draft of this checkpoint ``config``, with the fix;
+    ``None`` when it can."""
+    layer = config.get("transformer_layer_config") or {}
+    if layer.get("model_type") != "qwen3":
+        return (
+            f"the XPress draft has {layer.get('model_type')} layers; vLLM 0.34 "
+            "serves XPress only with Qwen3 layers (Qwen3XPressForCausalLM). "
+            "Retrain with --draft-arch qwen3"
+        )
+    vocab = layer.get("vocab_size")
+    draft_vocab = config.get("draft_vocab_size") or vocab
+    if draft_vocab != vocab:
+        return (
+            f"the XPress draft has a {draft_vocab}-token draft vocabulary; vLLM "
+            f"0.34's Qwen3XPressForCausalLM needs the verifier's ({vocab}): "
+            "'XPress currently requires a full-vocab draft (the refiner bias is "
+            "defined over the target vocabulary).' Retrain without "
+            "--draft-vocab-size"
+        )
+    if config.get("sample_from_anchor"):
+        return (
+            "the XPress draft samples from the anchor; vLLM 0.34's "
+            "XPressSpeculator refuses it: 'sample_from_anchor=True is not "
+            "supported for XPress: the refiner is trained and served in the "
+            "fill-in layout'. Retrain without --sample-from-anchor"
+        )
+    rank = int(config.get("xpress_rank", 256))
+    if rank <= 0 or rank & (rank - 1):
+        return (
+            f"the XPress draft's refiner rank is {rank}; vLLM 0.34's XPress "
+            "kernels tile the rank with tl.arange, which takes a power of two. "
+            "Retrain with --xpress-rank 256 (or another power of two)"
+        )
+    hidden = rank * int(config.get("xpress_mlp_ratio", 2))
+    if hidden % _XPRESS_MLP_TILE:
+        return (
+            f"the XPress refiner's MLP is {hidden} wide (rank {rank} x "
+            f"xpress_mlp_ratio); vLLM 0.34's XPress kernel reads it "
+            f"{_XPRESS_MLP_TILE} columns at a time without a mask, so it would "
+            "read past the weights. Retrain with a rank and ratio whose product "
+            f"is a multiple of {_XPRESS_MLP_TILE} (the default 256 x 2)"
+        )
+    return None

@@ -2,8 +2,8 @@
 
 EAGLE-3 chains one token per draft step (:class:`.draft.DraftRunner`); DFlash,
 DFlash2 and DSpark propose a block per round (:class:`.block_draft.BlockDraftRunner`).
-The others (:mod:`speculators_kimi.served`: XPress among them) are refused
-before any tensor is loaded, with the reason.
+The others (:mod:`speculators_kimi.served`) are refused before any tensor is
+loaded, with the reason.
 """
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ from typing import Any
 import torch
 
 from ..errors import CommandError
-from ..served import BLOCK_ALGORITHMS, EVALUATED, unevaluated_reason
+from ..served import (
+    BLOCK_ALGORITHMS,
+    SERVED,
+    unserved_reason,
+    xpress_unserved_reason,
+)
 from .block_draft import BlockDraftRunner, block_tokens
 from .decode import Drafter
 from .draft import DraftRunner
@@ -30,6 +35,23 @@ class UnsupportedDraftError(CommandError):
     """The checkpoint is a draft ``evaluate`` does not decode."""
 
 
+def _check_xpress(
+    checkpoint: str | Path, config: dict[str, Any], k: int | None
+) -> None:
+    """What vLLM's XPress serves (:func:`..served.xpress_unserved_reason`),
+    and the whole block each step (its refiner is sized for the block)."""
+    why = xpress_unserved_reason(config)
+    if why is not None:
+        raise UnsupportedDraftError(f"{checkpoint}: {why}")
+    block = int(config.get("block_size") or 0)
+    if k is not None and block and k != block - 1:
+        raise CommandError(
+            f"--num-speculative-tokens {k}: vLLM drafts {checkpoint}'s XPress "
+            f"draft a whole block at a time (block_size {block}, the refiner's "
+            f"mixer is that size); pass -k {block - 1}"
+        )
+
+
 def check_decodable(
     checkpoint: str | Path,
     config: dict[str, Any],
@@ -43,12 +65,14 @@ def check_decodable(
         the most it may be named).
     """
     algorithm = config.get("speculators_model_type")
-    why = unevaluated_reason(algorithm)
+    why = unserved_reason(algorithm)
     if why is not None:
         raise UnsupportedDraftError(
-            f"{checkpoint}: a {algorithm!r} draft; evaluate decodes "
-            f"{', '.join(EVALUATED)}: {why}"
+            f"{checkpoint}: a {algorithm!r} draft; evaluate decodes the drafts "
+            f"vLLM serves ({', '.join(SERVED)}): {why}"
         )
+    if algorithm == "xpress":
+        _check_xpress(checkpoint, config, num_speculative_tokens)
     anchor = config.get("sample_from_anchor")  # written with every block config
     if (
         algorithm in BLOCK_ALGORITHMS

@@ -1,5 +1,5 @@
-"""A DFlash, DFlash2 or DSpark draft proposing one block per round, as vLLM 0.34
-runs it.
+"""A DFlash, DFlash2, DSpark or XPress draft proposing one block per round, as
+vLLM 0.34 runs it.
 
 Training (upstream's ``_backbone_forward``) picks an anchor position ``p`` and
 runs a block of ``block_size`` query slots, ``[x[p], mask, mask, ...]`` at
@@ -17,9 +17,12 @@ Each proposal is the argmax of the slot's logits (greedy) or a sample of their
 softmax; DSpark adds its Markov bias from the token before the proposed one (the
 anchor, then the previous proposal), computed by the draft's own head exactly as
 training computes it for those tokens; DFlash2 walks its candidates: the slot's
-top-K, rescored by its selector from the token before. The context's K/V are
-cached across rounds (they depend only on the aux states); the block's are
-dropped after each round.
+top-K, rescored by its selector from the token before. XPress drafts the whole
+block greedily with its refiner's Jacobi passes (:mod:`.jacobi`); vLLM keeps no
+draft distribution for it, so a sampled round verifies each token as a draft
+of all its mass on that token (rejection sampling then accepts it with the
+verifier's ``p(x)``). The context's K/V are cached across rounds (they depend
+only on the aux states); the block's are dropped after each round.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import DynamicCache
 
+from ..served import xpress_topc
+from .jacobi import jacobi_block
 from .vocab import DraftVocabulary
 
 if TYPE_CHECKING:
@@ -66,6 +71,8 @@ class BlockDraftRunner:
         self.max_tokens = block_tokens(self.block_size, self.sample_from_anchor)
         self.markov_head = getattr(model, "markov_head", None)  # DSpark
         self.candidate_selector = getattr(model, "candidate_selector", None)  # DFlash2
+        self.refiner = getattr(model, "refiner_head", None)  # XPress
+        self.jacobi_passes = int(getattr(config, "num_jacobi_passes", 0))
         self.cache = DynamicCache()
         self.dtype = next(model.fc.parameters()).dtype
         self.vocab = DraftVocabulary(model, self.device)
@@ -163,6 +170,31 @@ class BlockDraftRunner:
         out[candidates] = row[candidates] + transition.float()
         return out
 
+    def _jacobi(
+        self, request: DraftRequest, hidden: torch.Tensor, logits: torch.Tensor
+    ) -> Proposal:
+        """XPress's block (:func:`.jacobi.jacobi_block`), with vLLM's top-C;
+        when sampling, each token's draft distribution all its mass."""
+        if request.k != self.max_tokens:
+            raise ValueError(
+                f"vLLM drafts an XPress block whole: --num-speculative-tokens "
+                f"{self.max_tokens} (block {self.block_size}), not {request.k}"
+            )
+        ids = jacobi_block(
+            self.refiner,
+            logits,
+            hidden,
+            request.context[-1],
+            passes=self.jacobi_passes,
+            topc=xpress_topc(logits.shape[-1]),
+        )
+        proposed = [int(self.vocab.draft_to_target[i]) for i in ids]
+        if request.temperature <= 0:
+            return proposed, [None] * len(proposed)
+        one_hot = logits.new_zeros(len(ids), logits.shape[-1])
+        one_hot[torch.arange(len(ids)), torch.tensor(ids)] = 1.0
+        return proposed, list(self.vocab.target_probs(one_hot))
+
     @torch.no_grad()
     def propose(self, request: DraftRequest) -> Proposal:
         """``request.k`` draft tokens (target ids) after its context, in one
@@ -179,6 +211,8 @@ class BlockDraftRunner:
         first = 0 if self.sample_from_anchor else 1
         hidden = self.block_hidden(request.context[-1], request.aux, first + k)
         logits = self.model.lm_head(hidden).float()
+        if self.refiner is not None:
+            return self._jacobi(request, hidden, logits)
         block_tokens = [request.context[-1]]
         proposed: list[int] = []
         dists: list[torch.Tensor | None] = []

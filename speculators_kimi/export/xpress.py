@@ -36,15 +36,17 @@ is no method vLLM knows). What the layout settles:
 
 What vLLM refuses: a reduced draft vocabulary (``'XPress currently requires a
 full-vocab draft'``), ``sample_from_anchor`` (its speculator serves only the
-fill-in layout), MLA draft layers (the class is Qwen3 only), and a refiner rank
-that is not a power of two (its Triton kernels tile the rank with
-``tl.arange``).
+fill-in layout), MLA draft layers (the class is Qwen3 only), and a refiner its
+Triton kernels cannot run: a rank that is not a power of two (tiled with
+``tl.arange``), an MLP width that is not a multiple of 64 (stepped through 64
+columns at a time, unmasked) (:func:`speculators_kimi.served.xpress_unserved_reason`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..served import xpress_topc, xpress_unserved_reason
 from .block import BlockCausality, causality_by_layer_type
 from .errors import ExportError
 
@@ -62,8 +64,6 @@ XPRESS_ARCHITECTURE = "Qwen3XPressModel"
 XPRESS_CLASS = "Qwen3XPressForCausalLM"
 #: The speculative method that serves it (its config is a DFlash config).
 XPRESS_METHOD = "dflash"
-#: vLLM's default top-C (``Qwen3XPressModel``: ``xpress_topc`` 512).
-_VLLM_TOPC = 512
 
 #: Upstream's refiner names -> vLLM's (under ``xpress_head.``).
 _REFINER = {
@@ -85,37 +85,9 @@ def is_xpress_export(config: dict[str, Any]) -> bool:
 
 
 def _refuse(config: dict[str, Any]) -> None:
-    layer = config["transformer_layer_config"]
-    if layer.get("model_type") != "qwen3":
-        raise ExportError(
-            f"the XPress draft has {layer.get('model_type')} layers; vLLM 0.34 "
-            "serves XPress only with Qwen3 layers (Qwen3XPressForCausalLM). "
-            "Retrain with --draft-arch qwen3"
-        )
-    vocab = int(layer["vocab_size"])
-    draft_vocab = int(config.get("draft_vocab_size") or vocab)
-    if draft_vocab != vocab:
-        raise ExportError(
-            f"the XPress draft has a {draft_vocab}-token draft vocabulary; vLLM "
-            f"0.34's Qwen3XPressForCausalLM needs the verifier's ({vocab}): "
-            "'XPress currently requires a full-vocab draft (the refiner bias is "
-            "defined over the target vocabulary).' Retrain without "
-            "--draft-vocab-size"
-        )
-    if config.get("sample_from_anchor"):
-        raise ExportError(
-            "the XPress draft samples from the anchor; vLLM 0.34's "
-            "XPressSpeculator refuses it: 'sample_from_anchor=True is not "
-            "supported for XPress: the refiner is trained and served in the "
-            "fill-in layout'. Retrain without --sample-from-anchor"
-        )
-    rank = int(config.get("xpress_rank", 256))
-    if rank <= 0 or rank & (rank - 1):
-        raise ExportError(
-            f"the XPress draft's refiner rank is {rank}; vLLM 0.34's XPress "
-            "kernels tile the rank with tl.arange, which takes a power of two. "
-            "Retrain with --xpress-rank 256 (or another power of two)"
-        )
+    why = xpress_unserved_reason(config)
+    if why is not None:
+        raise ExportError(why)
     for key, why in (
         ("mask_token_id", "the token the block's mask slots are embedded as"),
         ("aux_hidden_state_layer_ids", "the verifier layers the draft reads"),
@@ -161,7 +133,7 @@ def xpress_config(config: dict[str, Any]) -> tuple[dict[str, Any], BlockCausalit
         "xpress_rank": rank,
         "xpress_mlp_hidden": rank * int(config.get("xpress_mlp_ratio", 2)),
         "xpress_num_passes": int(config.get("num_jacobi_passes", 6)),
-        "xpress_topc": min(_VLLM_TOPC, vocab),
+        "xpress_topc": xpress_topc(vocab),
     }
     if causality.is_causal is not None:
         out["is_causal"] = causality.is_causal

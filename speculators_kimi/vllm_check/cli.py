@@ -89,6 +89,13 @@ def format_report(report: dict[str, Any]) -> str:
             f"KV cache: {len(pages)} layer(s), pages {list(pages[0])}, latent "
             f"width {', '.join(map(str, widths))}"
         )
+    jacobi = report.get("jacobi")
+    if jacobi is not None:
+        lines.append(
+            f"XPress block after {jacobi['passes']} Jacobi passes (top-C "
+            f"{jacobi['topc']}): vLLM's kernels {jacobi['vllm']}, evaluate "
+            f"{jacobi['evaluate']}" + ("" if jacobi["same"] else " (DIFFERENT)")
+        )
     confidence = step.get("max_abs_confidence_diff")
     if confidence is not None:
         lines.append(f"confidence head: max difference {confidence:.3g}")

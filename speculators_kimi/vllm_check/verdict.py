@@ -50,6 +50,12 @@ def problems(report: dict[str, Any]) -> list[str]:
             f"trained on blocks of {xpress_block} (nothing in vLLM checks the two "
             f"agree); serve it with num_speculative_tokens {xpress_block - 1}"
         )
+    jacobi = report.get("jacobi")
+    if jacobi is not None and not jacobi["same"]:
+        found.append(
+            f"vLLM's XPress drafts the block {jacobi['vllm']}, evaluate's Jacobi "
+            f"passes {jacobi['evaluate']} from the same trained draft"
+        )
     step = report.get("one_step") or {}
     diff = step.get("max_rel_logit_diff")
     if diff is not None and not (diff <= MAX_REL_LOGIT_DIFF):  # NaN fails too

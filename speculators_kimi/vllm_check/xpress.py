@@ -14,10 +14,15 @@ the block ``[anchor, mask, ...]`` through ``forward``, the base logits
 (``compute_draft_logits``), then the refiner's bias for a block of previous
 tokens (the anchor standing in for its own predecessor, as vLLM's speculator
 has it), through ``XPressRefinerHead.hidden_cache`` and ``refine_bias``: the
-math of one Jacobi pass, which vLLM runs in Triton kernels (no CPU path) over
-the base logits' top-C. Ours is upstream's training forward with its
-``refiner_head.block_bias`` for the same tokens. What is stubbed:
-:data:`.stubs.BLOCK_STUBS`.
+math of one Jacobi pass, which vLLM runs in Triton kernels over the base
+logits' top-C. Ours is upstream's training forward with its
+``refiner_head.block_bias`` for the same tokens.
+
+Then the block vLLM drafts: its own ``jacobi_refine_greedy`` (the export's
+passes and top-C), whose Triton kernels have no CPU path in vLLM's wheel, run
+by Triton's interpreter in a process of its own (:mod:`.xpress_kernels`),
+against ``evaluate``'s :func:`..evaluate.jacobi.jacobi_block` on ours. What is
+stubbed: :data:`.stubs.BLOCK_STUBS`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..evaluate.jacobi import jacobi_block
 from .block_layout import (
     _compare,
     _load,
@@ -94,6 +100,41 @@ def _build(config, spec):  # type: ignore[no-untyped-def]
     return draft, {"draft_class": arch, "draft_module": module}
 
 
+def vllm_jacobi(export: str, hidden, base, anchor: int) -> list[int]:  # type: ignore[no-untyped-def]
+    """The block vLLM's speculator drafts from this step (its own
+    ``jacobi_refine_greedy``, the export's passes and top-C, the anchor standing
+    in for its predecessor as ``XPressSpeculator._jacobi_refine`` has it): its
+    Triton kernels run by Triton's interpreter in a process of its own
+    (:mod:`.xpress_kernels`)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="xpress-kernels-") as scratch:
+        inputs = Path(scratch) / "inputs.pt"
+        torch.save(
+            {"export": export, "hidden": hidden, "base": base, "anchor": anchor},
+            inputs,
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "speculators_kimi.vllm_check.xpress_kernels"]
+            + [str(inputs)],
+            env=dict(os.environ, TRITON_INTERPRET="1"),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"vLLM's XPress kernels under Triton's interpreter failed:\n"
+            f"{proc.stderr[-4000:]}"
+        )
+    return [int(t) for t in json.loads(proc.stdout.strip().splitlines()[-1])]
+
+
 def _vllm_block(draft, config, ctx_aux, block_ids, prev_ids):  # type: ignore[no-untyped-def]
     """vLLM's block: base logits over the target vocabulary and the refiner's
     bias for ``prev_ids`` (its class's ``refine_bias``, not the instance's
@@ -110,7 +151,7 @@ def _vllm_block(draft, config, ctx_aux, block_ids, prev_ids):  # type: ignore[no
         head = draft.model.xpress_head
         cache = head.hidden_cache(hidden[None])
         bias = type(head).refine_bias(head, prev_ids[None], cache)[0]
-    return base.float(), (base + bias).float()
+    return hidden, base.float(), (base + bias).float()
 
 
 def _ours(ours, aux, block_ids, prev_ids):  # type: ignore[no-untyped-def]
@@ -119,7 +160,7 @@ def _ours(ours, aux, block_ids, prev_ids):  # type: ignore[no-untyped-def]
     hidden, base, _ = _ours_block(ours, aux, block_ids, prev_ids)
     with torch.no_grad():
         bias = ours.refiner_head.block_bias(prev_ids[None], hidden_states=hidden[None])
-    return base, base + bias[0].float()
+    return hidden, base, base + bias[0].float()
 
 
 def check_xpress(request: CheckRequest, exported: dict[str, Any]) -> dict:
@@ -184,11 +225,30 @@ def check_xpress(request: CheckRequest, exported: dict[str, Any]) -> dict:
         "as_trained": as_trained == vllm_causal,
     }
     aux, block_ids, prev_ids = block_step_inputs(ours, source, request.tokens)
-    their_base, theirs = _vllm_block(draft, config, aux, block_ids, prev_ids)
+    hidden, their_base, theirs = _vllm_block(draft, config, aux, block_ids, prev_ids)
     del draft, config
     gc.collect()
-
-    my_base, mine = _ours(ours, aux, block_ids, prev_ids)
+    my_hidden, my_base, mine = _ours(ours, aux, block_ids, prev_ids)
+    # The drafted block, when every parameter loaded and the block is served
+    # whole (else the report already fails on that).
+    report["jacobi"] = None
+    served_whole = report["serve"]["num_speculative_tokens"] == block - 1
+    if served_whole and not report["parameters_not_loaded"]:
+        passes = int(exported["xpress_num_passes"])
+        topc = int(exported["xpress_topc"])
+        anchor = int(block_ids[0])
+        their_block = vllm_jacobi(request.export, hidden, their_base, anchor)
+        my_block = jacobi_block(
+            ours.refiner_head, my_base, my_hidden, anchor, passes=passes, topc=topc
+        )
+        report["jacobi"] = {
+            "passes": passes,
+            "topc": topc,
+            "vllm": their_block,
+            "evaluate": my_block,
+            "base_argmax": my_base[1:].argmax(-1).tolist(),
+            "same": their_block == my_block,
+        }
     vocab = torch.arange(ours.draft_vocab_size)
     step: dict[str, Any] = {"context_tokens": request.tokens, "tokens": block}
     step.update(_compare(theirs, mine, vocab, source.vocab_size))

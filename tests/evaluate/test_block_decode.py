@@ -1,6 +1,7 @@
-"""Block drafters (DFlash, DFlash2, DSpark) in ``evaluate``: the decode loop's block
-proposals against upstream's training forward, and lossless decoding on the
-tiny Kimi-K2.5 (nested ``text_config``, ``language_model.`` keys).
+"""Block drafters (DFlash, DFlash2, DSpark, XPress) in ``evaluate``: the decode
+loop's block proposals against upstream's training forward, and lossless
+decoding on the tiny Kimi-K2.5 (nested ``text_config``, ``language_model.``
+keys).
 
 The drafts are built by ``speculators train``'s own functions (``TrainConfig``,
 ``build_draft_model``) on the tiny verifier, in this process, with random
@@ -90,6 +91,16 @@ def _loud(draft: Any) -> Any:
     return draft
 
 
+def _loud_refiner(draft: Any) -> Any:
+    """The XPress draft with its refiner's token embedding and readout scaled
+    up, so that its bias, led by the block's previous tokens, decides the
+    argmax over the base logits."""
+    with torch.no_grad():
+        draft.refiner_head.token_embed.weight.mul_(30.0)
+        draft.refiner_head.readout.weight.mul_(30.0)
+    return draft
+
+
 @pytest.fixture(scope="module")
 def drafts(kimi, tmp_path_factory) -> dict[str, Any]:
     data = tmp_path_factory.mktemp("block-data")
@@ -99,6 +110,7 @@ def drafts(kimi, tmp_path_factory) -> dict[str, Any]:
         # Slot 0 is the anchor's: slot k's Markov bias reads token k - 1.
         "dspark-nsfa": _loud(_build(kimi, data, "dspark", "--no-sample-from-anchor")),
         "dflash2": _loud(_build(kimi, data, "dflash2", "--selector-top-k", "4")),
+        "xpress": _loud_refiner(_build(kimi, data, "xpress", "--xpress-rank", "32")),
         # MLA layers in the verifier's latent layout (the full vocabulary).
         "dspark-mla": _build(kimi, data, "dspark", "--draft-arch", "deepseek_v3"),
         "dflash-mla": _build(kimi, data, "dflash", "--draft-arch", "deepseek_v3"),
@@ -122,9 +134,10 @@ def _ids(n: int, vocab: int) -> list[int]:
 
 def _training_logits(
     draft: Any, ids: list[int], aux: torch.Tensor, anchor: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Upstream's training forward with one anchor at ``anchor``: the block's
-    logits, and those with DSpark's Markov bias from the block's own tokens."""
+    hidden states and logits, and the logits with DSpark's Markov bias from
+    the block's own tokens."""
     n = len(ids)
     loss_mask = torch.zeros(1, n, dtype=torch.long)
     loss_mask[0, anchor] = 1  # the only valid anchor
@@ -153,7 +166,7 @@ def _training_logits(
             scores = selector.score_candidates(logits, hidden, block, candidates)
             biased = torch.full_like(logits, float("-inf"))
             biased.scatter_(-1, candidates, scores)
-    return logits[0], biased[0]
+    return hidden.view(BLOCK, -1), logits[0], biased[0]
 
 
 @pytest.mark.parametrize(
@@ -223,13 +236,62 @@ def _check_block_proposals(verifier: CausalVerifier, draft: Any) -> None:
         # The proposals become the block's tokens (teacher forcing).
         after = anchor + 1 + len(proposed)
         forced = [*ids[: anchor + 1], *proposed, *ids[after:]]
-        want, biased = _training_logits(draft, forced, aux, anchor)
+        _, want, biased = _training_logits(draft, forced, aux, anchor)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         picks = biased.argmax(-1)[first:].tolist()
         assert proposed == picks, anchor
 
 
-@pytest.mark.parametrize("name", ["dflash", "dspark", "dflash2", "dspark-mla"])
+def test_xpress_block_is_the_sequential_decode_of_the_training_forward(
+    verifier, drafts
+):
+    """XPress: the runner's block is the fixed point of the refiner over
+    upstream's training forward, which Jacobi passes reach when there are at
+    least B - 1 of them and top-C keeps the whole vocabulary (the tiny Kimi's
+    512 tokens): each slot the argmax of its base logits plus the refiner's
+    bias for the tokens before it (the anchor standing in for its own
+    predecessor, as vLLM's speculator has it). The refiner decides some slots
+    (they differ from the base argmax). Sampled, each token's draft
+    distribution is all its mass (vLLM keeps none for XPress)."""
+    draft = drafts["xpress"]
+    assert draft.config.num_jacobi_passes >= BLOCK - 1
+    vocab = draft.verifier_vocab_size
+    ids = _ids(24, vocab)
+    _, aux = verifier.forward(ids, DynamicCache())
+    runner = BlockDraftRunner(draft, "cpu")
+    gen = torch.Generator().manual_seed(0)
+    decided = 0
+    for anchor in (6, 11, 15):
+        runner.reset()
+        request = DraftRequest(ids[: anchor + 1], aux[:anchor], 0, BLOCK - 1, 0.0, gen)
+        proposed, dists = runner.propose(request)
+        assert dists == [None] * (BLOCK - 1)
+        hidden, base, _ = _training_logits(draft, ids, aux, anchor)
+        tokens: list[int] = []
+        for slot in range(1, BLOCK):
+            before = [ids[anchor], ids[anchor], *tokens]
+            previous = torch.tensor(before + [0] * (BLOCK - len(before)))
+            with torch.no_grad():
+                bias = draft.refiner_head.block_bias(
+                    previous[None], hidden_states=hidden[None]
+                )[0, slot]
+            tokens.append(int((base[slot] + bias).argmax()))
+        assert proposed == tokens, anchor
+        decided += proposed != base[1:].argmax(-1).tolist()
+        runner.reset()
+        sampled = DraftRequest(ids[: anchor + 1], aux[:anchor], 0, BLOCK - 1, 1.0, gen)
+        again, dists = runner.propose(sampled)
+        assert again == proposed
+        for token, q in zip(again, dists, strict=True):
+            assert q is not None and float(q[token]) == 1.0 and float(q.sum()) == 1.0
+    assert decided, "the refiner never changed a token: the test cannot fail"
+    with pytest.raises(ValueError, match="block whole"):
+        runner.propose(DraftRequest(ids[:7], aux[:6], 0, BLOCK - 2, 0.0, gen))
+
+
+@pytest.mark.parametrize(
+    "name", ["dflash", "dspark", "dflash2", "dspark-mla", "xpress"]
+)
 def test_block_drafters_decode_losslessly(verifier, drafts, name):
     """``evaluate`` with a block drafter on the tiny Kimi-K2.5: greedy output
     equals the verifier's own, acceptance length reported; a block asked for
@@ -258,7 +320,6 @@ def test_block_drafters_decode_losslessly(verifier, drafts, name):
 @pytest.mark.parametrize(
     ("algorithm", "why"),
     [
-        ("xpress", "Jacobi refinement.*check it with vllm-check"),
         ("peagle", "P-EAGLE"),
         ("mtp", "MTP layer"),
         ("medusa", "'medusa' is no draft speculators trains"),
@@ -268,6 +329,28 @@ def test_undecoded_algorithms_are_refused_from_the_config(algorithm, why):
     with pytest.raises(UnsupportedDraftError, match=why):
         check_decodable("ckpt", {"speculators_model_type": algorithm})
     check_decodable("ckpt", {"speculators_model_type": "dspark"})
+
+
+def test_xpress_that_vllm_does_not_serve_is_refused_from_the_config():
+    """What vLLM's XPress cannot serve: a reduced vocabulary, the anchor
+    sampling, an MLP its kernel would read past, a block not drafted whole (its
+    mixer is the block's size)."""
+    layer = {"model_type": "qwen3", "vocab_size": 512}
+    config = {
+        "speculators_model_type": "xpress",
+        "transformer_layer_config": layer,
+        "block_size": BLOCK,
+        "sample_from_anchor": False,
+    }
+    check_decodable("ckpt", config, BLOCK - 1)
+    with pytest.raises(UnsupportedDraftError, match="needs the verifier's \\(512\\)"):
+        check_decodable("ckpt", {**config, "draft_vocab_size": 256})
+    with pytest.raises(UnsupportedDraftError, match="fill-in layout"):
+        check_decodable("ckpt", {**config, "sample_from_anchor": True})
+    with pytest.raises(UnsupportedDraftError, match="multiple of 64"):
+        check_decodable("ckpt", {**config, "xpress_rank": 16})
+    with pytest.raises(CommandError, match=f"pass -k {BLOCK - 1}"):
+        check_decodable("ckpt", config, BLOCK - 2)
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def mla(tmp_path_factory) -> dict[str, Path]:
         out[algorithm] = root / algorithm
     # XPress, whose vLLM class is Qwen3 only: Qwen3 layers on the MLA verifier.
     xpress = _train_built(
-        verifier, root / "data", "xpress", "--xpress-rank", "16", arch="qwen3"
+        verifier, root / "data", "xpress", "--xpress-rank", "32", arch="qwen3"
     )
     xpress.save_pretrained(root / "xpress")
     out["xpress"] = root / "xpress"
