@@ -28,8 +28,9 @@ serve DIR`` is not a way to serve it.
 A block drafter (``dflash``, ``dflash2``, ``dspark``) stays in the speculators
 format, with what vLLM 0.34 would read otherwise than training wrote it settled
 (each layer's causality inside the block, DSpark's head flags) and what it cannot
-serve refused (:mod:`.block`); P-EAGLE and XPress checkpoints are refused with
-vLLM's reason.
+serve refused (:mod:`.block`). An MLA DSpark and an XPress draft are written in
+vLLM's native layouts (:mod:`.k3_dspark`, :mod:`.xpress`); P-EAGLE checkpoints
+are refused with vLLM's reason.
 
 The modules, one job each:
 
@@ -39,6 +40,8 @@ The modules, one job each:
   native MLA) and the checkpoint files each carries over.
 * :mod:`.block`: the block drafters' config (causality, explicit defaults) and
   the algorithms vLLM refuses.
+* :mod:`.k3_dspark`, :mod:`.xpress`: vLLM's native layouts of an MLA DSpark and
+  of an XPress draft (config, tensor names, what vLLM refuses).
 * :mod:`.weights`: which tensors are served and which are dropped, and why.
 * :mod:`.write`: the output directory checked, written beside it and renamed
   into place.

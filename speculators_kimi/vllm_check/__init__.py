@@ -1,6 +1,6 @@
 """``speculators-kimi vllm-check``: an exported draft (EAGLE-3; DFlash, DFlash2 and
-DSpark in :mod:`.block_layout`) checked with vLLM's own code, on CPU, before it is
-deployed.
+DSpark in :mod:`.block_layout`; XPress in :mod:`.xpress`) checked with vLLM's own
+code, on CPU, before it is deployed.
 
     speculators-kimi vllm-check EXPORT --checkpoint CKPT --verifier VERIFIER \
         [--vllm-version 0.34.0] [--env DIR] [--json OUT]
@@ -85,6 +85,10 @@ The modules, one job each:
 * :mod:`.k3_dspark`: the check of an MLA DSpark export (native ``k3_dspark``:
   vLLM's ``K3DSparkForCausalLM``, one block step; its stand-ins are
   :data:`.stubs.K3_STUBS`).
+* :mod:`.xpress`: the check of an XPress export (native ``Qwen3XPressModel``:
+  vLLM's ``Qwen3XPressForCausalLM``, one block step and one refine pass, then
+  the block its own Jacobi kernels draft, run by :mod:`.xpress_kernels` under
+  Triton's interpreter, against ``evaluate``'s).
 * :mod:`.inner`: what runs in the scratch interpreter (one JSON report).
 * :mod:`.cli`: the ``vllm-check`` command.
 """
