@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--block-drafter",
-        choices=("dspark", "dflash"),
+        choices=("dspark", "dflash", "xpress"),
         default=None,
         help="also train this block drafter on the same data and report its "
         "acceptance length beside the EAGLE-3 draft's",

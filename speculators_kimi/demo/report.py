@@ -34,7 +34,7 @@ def _acceptance_lines(al: dict[str, Any]) -> list[str]:
     return lines
 
 
-_NAMES = {"dspark": "DSpark", "dflash": "DFlash"}
+_NAMES = {"dspark": "DSpark", "dflash": "DFlash", "xpress": "XPress"}
 
 
 def _block_lines(block: dict[str, Any] | None) -> list[str]:

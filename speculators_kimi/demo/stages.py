@@ -167,6 +167,8 @@ def train_argv(
     # line has always had it (the train stage records that line).
     cap = [] if s.max_steps is None else ["--max-steps", str(s.max_steps)]
     shape = ["--block-size", str(s.block_size), "--num-layers", str(s.block_layers)]
+    # vLLM serves XPress with the verifier's full vocabulary only
+    draft_vocab = None if block and s.block_drafter == "xpress" else s.draft_vocab_size
     return train_args(
         TrainArgs(
             verifier=verifier,
@@ -180,7 +182,7 @@ def train_argv(
             lr=s.lr,
             scheduler_type="none",
             log_freq=1,
-            draft_vocab_size=s.draft_vocab_size or None,
+            draft_vocab_size=draft_vocab or None,
             extra=(*cap, *shape) if block else (*cap, *s.extra_train_args),
         )
     )

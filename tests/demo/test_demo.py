@@ -101,6 +101,24 @@ def test_the_demo_trains_a_dspark_draft_beside_eagle3(trained_mla_demo):
     assert al in text
 
 
+def test_an_xpress_block_drafter_keeps_the_full_vocabulary(tmp_path):
+    """`--block-drafter xpress`: vLLM serves XPress only with the verifier's
+    whole vocabulary, so its training line names no draft vocabulary (the
+    demo's other drafts keep their 256 of 512)."""
+    from speculators_kimi.demo import DemoSettings, train_argv
+
+    def argv(drafter: str) -> list[str]:
+        settings = DemoSettings(block_drafter=drafter)
+        return train_argv(
+            tmp_path / "v", tmp_path / "d", tmp_path / "r", settings, True
+        )
+
+    assert "--draft-vocab-size" not in argv("xpress")
+    assert "xpress" in argv("xpress")
+    dspark = argv("dspark")
+    assert dspark[dspark.index("--draft-vocab-size") + 1] == "256"
+
+
 def test_demo_rerun_reuses_then_redoes_training(trained_demo, tmp_path):
     """On a copy of the session's demo: an unchanged rerun reuses every stage;
     a train-only flag changed redoes training alone, from scratch."""
