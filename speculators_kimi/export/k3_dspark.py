@@ -31,6 +31,7 @@ from typing import Any
 
 from .block import check_markov_head
 from .errors import ExportError
+from .weights import native_tensors
 
 __all__ = [
     "K3_ARCHITECTURE",
@@ -75,8 +76,6 @@ _RENAMED = {
     "hidden_norm.weight": "context_norm.weight",
     "norm.weight": "final_norm.weight",
 }
-#: Ours, never written: vLLM shares the target's embedding and head.
-_SHARED = ("embed_tokens.weight", "lm_head.weight", "verifier_lm_head.weight")
 
 
 def is_mla_block_draft(config: dict[str, Any]) -> bool:
@@ -191,13 +190,4 @@ def k3_dspark_tensors(
     tensors: dict[str, Any],
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The tensors under vLLM's names, and the dropped ones with why."""
-    kept: dict[str, Any] = {}
-    dropped: dict[str, str] = {}
-    for name, tensor in tensors.items():
-        if name in _SHARED:
-            dropped[name] = "the verifier's; vLLM shares the target's"
-        elif name in ("t2d", "d2t"):
-            dropped[name] = "not read by vLLM (full vocabulary)"
-        else:
-            kept[_RENAMED.get(name, name)] = tensor
-    return kept, dropped
+    return native_tensors(tensors, lambda name: _RENAMED.get(name, name))

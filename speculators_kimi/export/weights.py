@@ -4,10 +4,11 @@ verifier's (vLLM shares the target's when the draft has none)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["embedding_is_verifiers", "served_tensors"]
+__all__ = ["embedding_is_verifiers", "native_tensors", "served_tensors"]
 
 #: Tensors vLLM does not read, never shipped.
 _UNREAD = ("t2d",)
@@ -68,4 +69,26 @@ def served_tensors(
         if same:
             dropped[_EMBEDDING] = f"the verifier's ({how}); vLLM shares it"
     kept = {name: t for name, t in tensors.items() if name not in dropped}
+    return kept, dropped
+
+
+#: Ours, never written in a full-vocabulary native layout: vLLM shares the
+#: target's embedding and head.
+_SHARED = ("embed_tokens.weight", "lm_head.weight", "verifier_lm_head.weight")
+
+
+def native_tensors(
+    tensors: dict[str, Any], rename: Callable[[str], str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The tensors of a full-vocabulary draft under the names a native layout's
+    vLLM class loads (``rename`` of ours), and the dropped ones with why."""
+    kept: dict[str, Any] = {}
+    dropped: dict[str, str] = {}
+    for name, tensor in tensors.items():
+        if name in _SHARED:
+            dropped[name] = "the verifier's; vLLM shares the target's"
+        elif name in ("t2d", "d2t"):
+            dropped[name] = "not read by vLLM (full vocabulary)"
+        else:
+            kept[rename(name)] = tensor
     return kept, dropped

@@ -49,6 +49,7 @@ from typing import Any
 from ..served import xpress_topc, xpress_unserved_reason
 from .block import BlockCausality, causality_by_layer_type
 from .errors import ExportError
+from .weights import native_tensors
 
 __all__ = [
     "XPRESS_ARCHITECTURE",
@@ -75,8 +76,6 @@ _REFINER = {
     "readout.weight": "w2.weight",
 }
 _OURS_REFINER = "refiner_head."
-#: Ours, never written: vLLM shares the target's embedding and head.
-_SHARED = ("embed_tokens.weight", "lm_head.weight", "verifier_lm_head.weight")
 
 
 def is_xpress_export(config: dict[str, Any]) -> bool:
@@ -143,20 +142,16 @@ def xpress_config(config: dict[str, Any]) -> tuple[dict[str, Any], BlockCausalit
     return out, causality
 
 
+def _vllm_name(name: str) -> str:
+    """Ours -> the name ``Qwen3XPressForCausalLM.load_weights`` reads."""
+    if not name.startswith(_OURS_REFINER):
+        return name
+    own = name[len(_OURS_REFINER) :]
+    return "xpress_head." + _REFINER.get(own, own)
+
+
 def xpress_tensors(
     tensors: dict[str, Any],
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The tensors under vLLM's names, and the dropped ones with why."""
-    kept: dict[str, Any] = {}
-    dropped: dict[str, str] = {}
-    for name, tensor in tensors.items():
-        if name in _SHARED:
-            dropped[name] = "the verifier's; vLLM shares the target's"
-        elif name in ("t2d", "d2t"):
-            dropped[name] = "not read by vLLM (full vocabulary)"
-        elif name.startswith(_OURS_REFINER):
-            own = name[len(_OURS_REFINER) :]
-            kept["xpress_head." + _REFINER.get(own, own)] = tensor
-        else:
-            kept[name] = tensor
-    return kept, dropped
+    return native_tensors(tensors, _vllm_name)

@@ -45,7 +45,12 @@ from .draft import (
 from .request import CheckRequest
 from .stubs import BLOCK_STUBS, stub_block_drafter
 
-__all__ = ["check_block_layout", "load_block_ours"]
+__all__ = [
+    "block_step_inputs",
+    "check_block_layout",
+    "load_block_ours",
+    "vllm_causality",
+]
 
 #: Parsed fields reported (those the draft's math or its serving depend on).
 _PARSED = (
@@ -214,6 +219,21 @@ def _vllm_block(draft, config, ctx_aux, block_ids, prev_ids):  # type: ignore[no
     return hidden, logits.float(), confidence
 
 
+def vllm_causality(draft, checkpoint: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Each draft layer's causality as vLLM resolves it
+    (``get_draft_attn_causal``), handed to its attention as vLLM's runner
+    hands it to the attention metadata, against the causality ``checkpoint``
+    was trained with."""
+    from speculators_kimi.export.block import trained_causality
+
+    vllm = [bool(c) for c in draft.get_draft_attn_causal()]
+    for layer, causal in zip(draft.model.layers, vllm, strict=True):
+        layer.self_attn.attn.causal = causal
+    config = json.loads((Path(checkpoint) / "config.json").read_text())
+    trained = list(trained_causality(config))
+    return {"trained": trained, "vllm": vllm, "as_trained": trained == vllm}
+
+
 def block_step_inputs(ours, source, n: int):  # type: ignore[no-untyped-def]
     """The one block step both drafts run: the aux states of ``n`` context
     tokens of a seeded prompt, the block (its next token as the anchor, then
@@ -287,17 +307,7 @@ def check_block_layout(request: CheckRequest) -> dict[str, Any]:
     )
     report.update(built)
     report.update(_load(draft, config, request, ours))
-    vllm_causal = [bool(c) for c in draft.get_draft_attn_causal()]
-    for layer, causal in zip(draft.model.layers, vllm_causal, strict=True):
-        layer.self_attn.attn.causal = causal
-    from speculators_kimi.export.block import trained_causality
-
-    trained = json.loads((Path(request.checkpoint) / "config.json").read_text())
-    report["causality"] = {
-        "trained": list(trained_causality(trained)),
-        "vllm": vllm_causal,
-    }
-    report["causality"]["as_trained"] = report["causality"]["trained"] == vllm_causal
+    report["causality"] = vllm_causality(draft, request.checkpoint)
     _, theirs, their_conf = _vllm_block(draft, config, aux, block_ids, prev_ids)
     del draft, config
     gc.collect()

@@ -173,6 +173,45 @@ def cpu_vllm_config(target, spec):  # type: ignore[no-untyped-def]
     )
 
 
+def native_speculative_config(  # type: ignore[no-untyped-def]
+    target, export: str, method: str, tokens: int | None
+):
+    """The draft's ``SpeculativeConfig`` as ``vllm serve TARGET
+    --speculative-config '{"method": METHOD, "model": EXPORT, ...}'`` builds it
+    (``tokens`` None: ``num_speculative_tokens`` left to vLLM)."""
+    from vllm.config import ParallelConfig, SpeculativeConfig
+
+    return SpeculativeConfig(
+        model=export,
+        method=method,
+        target_model_config=target,
+        target_parallel_config=ParallelConfig(),
+        **({} if tokens is None else {"num_speculative_tokens": tokens}),
+    )
+
+
+def build_native_draft(config, spec):  # type: ignore[no-untyped-def]
+    """The class vLLM's ``ModelRegistry`` resolves for a native export's draft
+    config, built under ``config`` in a one-process group, and what was built."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.models.registry import ModelRegistry
+    from vllm.v1.worker.workspace import init_workspace_manager
+
+    from .stubs import init_single_process
+
+    draft_config = spec.draft_model_config
+    with set_current_vllm_config(config):
+        init_single_process()
+        init_workspace_manager(torch.device("cpu"))
+        cls, arch = ModelRegistry.resolve_model_cls(
+            draft_config.architectures, model_config=draft_config
+        )
+        draft = cls(vllm_config=config)
+    module = f"{cls.__module__}.{cls.__qualname__}"
+    return draft, {"draft_class": arch, "draft_module": module}
+
+
 def serve_report(request: CheckRequest) -> dict:
     """What ``vllm serve EXPORT`` makes of the export (vLLM's
     ``maybe_override_with_speculators``: the verifier it serves, its

@@ -27,15 +27,17 @@ from ..evaluate.session import cast_draft
 from .block_layout import _compare, _ours_block, block_step_inputs
 from .draft import (
     aux_source,
+    build_native_draft,
     cpu_vllm_config,
     nan_fill,
+    native_speculative_config,
     not_loaded,
     recorded_tensors,
     vllm_version,
 )
 from .native_mla import _text_target
 from .request import CheckRequest
-from .stubs import K3_STUBS, bind_k3_kv_caches, init_single_process, stub_k3_dspark
+from .stubs import K3_STUBS, bind_k3_kv_caches, stub_k3_dspark
 
 __all__ = ["check_k3_dspark"]
 
@@ -113,43 +115,16 @@ class _Rows:
 
 def _configs(request: CheckRequest, target_dir: str):  # type: ignore[no-untyped-def]
     import torch
-    from vllm.config import (
-        ModelConfig,
-        ParallelConfig,
-        SpeculativeConfig,
-    )
+    from vllm.config import ModelConfig
 
     target = ModelConfig(model=target_dir, dtype="float32")
     # Unset, vLLM serves the block size; set, the flag's count.
-    k = request.num_speculative_tokens
-    spec = SpeculativeConfig(
-        model=request.export,
-        method="dspark",
-        target_model_config=target,
-        target_parallel_config=ParallelConfig(),
-        **({} if k is None else {"num_speculative_tokens": k}),
+    spec = native_speculative_config(
+        target, request.export, "dspark", request.num_speculative_tokens
     )
     config = cpu_vllm_config(target, spec)
     torch.set_default_dtype(torch.float32)
     return target, spec, config
-
-
-def _build(config, spec):  # type: ignore[no-untyped-def]
-    import torch
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.models.registry import ModelRegistry
-    from vllm.v1.worker.workspace import init_workspace_manager
-
-    draft_config = spec.draft_model_config
-    with set_current_vllm_config(config):
-        init_single_process()
-        init_workspace_manager(torch.device("cpu"))
-        cls, arch = ModelRegistry.resolve_model_cls(
-            draft_config.architectures, model_config=draft_config
-        )
-        draft = cls(vllm_config=config)
-    module = f"{cls.__module__}.{cls.__qualname__}"
-    return draft, {"draft_class": arch, "draft_module": module}
 
 
 def _load(draft, config, request: CheckRequest, head) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -241,7 +216,7 @@ def check_k3_dspark(request: CheckRequest, exported: dict[str, Any]) -> dict:
         report["aux_states"] = type(source).__name__
         stub_k3_dspark()
         report["stubbed"] = K3_STUBS
-        draft, built = _build(config, spec)
+        draft, built = build_native_draft(config, spec)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report.update(built)

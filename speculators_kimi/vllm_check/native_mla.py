@@ -13,6 +13,7 @@ from .draft import (
     check_draft,
     cpu_vllm_config,
     load_ours,
+    native_speculative_config,
     vllm_version,
 )
 from .request import CheckRequest
@@ -64,18 +65,6 @@ def _text_target(verifier: str, scratch: Path) -> tuple[str, str | None]:
 EAGLE3_DEFAULT_TOKENS = 3
 
 
-def _speculative_config(target, draft_dir: str, k: int):  # type: ignore[no-untyped-def]
-    from vllm.config import ParallelConfig, SpeculativeConfig
-
-    return SpeculativeConfig(
-        model=draft_dir,
-        method="eagle3",
-        num_speculative_tokens=k,
-        target_model_config=target,
-        target_parallel_config=ParallelConfig(),
-    )
-
-
 def _parsed(draft_config: Any) -> dict[str, Any]:
     """What vLLM parsed from the export: its config class, layout and MLA fields."""
     from speculators.models.eagle3.model_definitions import MLA_FIELDS
@@ -114,7 +103,7 @@ def _serve_probes(
         json.dumps(dict(exported, model_type="deepseek_v3"))
     )
     try:
-        _speculative_config(target, str(relabelled), k)
+        native_speculative_config(target, str(relabelled), "eagle3", k)
         refused = None
     except Exception as err:  # pydantic's ValidationError (a ValueError)
         refused = str(err).split("Supported architectures")[0].strip()
@@ -142,7 +131,7 @@ def check_native_mla(request: CheckRequest, exported: dict) -> dict:
         k = request.num_speculative_tokens or EAGLE3_DEFAULT_TOKENS
         # What `vllm serve VERIFIER --speculative-config {"model": EXPORT,
         # "method": "eagle3", ...}` builds for the draft.
-        spec = _speculative_config(target, request.export, k)
+        spec = native_speculative_config(target, request.export, "eagle3", k)
         draft_config = spec.draft_model_config
         report["parsed"] = _parsed(draft_config)
         report["serve"] = {"method": spec.method, "num_speculative_tokens": k}

@@ -38,11 +38,18 @@ from .block_layout import (
     _ours_block,
     block_step_inputs,
     load_block_ours,
+    vllm_causality,
 )
-from .draft import aux_source, cpu_vllm_config, vllm_version
+from .draft import (
+    aux_source,
+    build_native_draft,
+    cpu_vllm_config,
+    native_speculative_config,
+    vllm_version,
+)
 from .native_mla import _text_target
 from .request import CheckRequest
-from .stubs import BLOCK_STUBS, init_single_process, stub_block_drafter
+from .stubs import BLOCK_STUBS, stub_block_drafter
 
 __all__ = ["check_xpress"]
 
@@ -67,37 +74,14 @@ _PARSED = (
 
 
 def _configs(request: CheckRequest, target_dir: str, block: int):  # type: ignore[no-untyped-def]
-    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
+    from vllm.config import ModelConfig
 
     target = ModelConfig(model=target_dir, dtype="float32")
     k = request.num_speculative_tokens
-    spec = SpeculativeConfig(
-        model=request.export,
-        method="dflash",
-        target_model_config=target,
-        target_parallel_config=ParallelConfig(),
-        # the serve line's count unless the check is asked another
-        num_speculative_tokens=block - 1 if k is None else k,
-    )
+    # the serve line's count unless the check is asked another
+    tokens = block - 1 if k is None else k
+    spec = native_speculative_config(target, request.export, "dflash", tokens)
     return spec, cpu_vllm_config(target, spec)
-
-
-def _build(config, spec):  # type: ignore[no-untyped-def]
-    import torch
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.models.registry import ModelRegistry
-    from vllm.v1.worker.workspace import init_workspace_manager
-
-    draft_config = spec.draft_model_config
-    with set_current_vllm_config(config):
-        init_single_process()
-        init_workspace_manager(torch.device("cpu"))
-        cls, arch = ModelRegistry.resolve_model_cls(
-            draft_config.architectures, model_config=draft_config
-        )
-        draft = cls(vllm_config=config)
-    module = f"{cls.__module__}.{cls.__qualname__}"
-    return draft, {"draft_class": arch, "draft_module": module}
 
 
 def vllm_jacobi(export: str, hidden, base, anchor: int) -> list[int]:  # type: ignore[no-untyped-def]
@@ -178,8 +162,6 @@ def check_xpress(request: CheckRequest, exported: dict[str, Any]) -> dict:
         get_speculator_config_class,
     )
 
-    from ..export.block import trained_causality
-
     report: dict[str, Any] = {"vllm": vllm_version(), "layout": "native"}
     block = int(exported["xpress_block_size"])
     scratch = Path(tempfile.mkdtemp(prefix="vllm-check-"))
@@ -209,21 +191,12 @@ def check_xpress(request: CheckRequest, exported: dict[str, Any]) -> dict:
         report["aux_states"] = type(source).__name__
         stub_block_drafter()
         report["stubbed"] = BLOCK_STUBS
-        draft, built = _build(config, spec)
+        draft, built = build_native_draft(config, spec)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report.update(built)
     report.update(_load(draft, config, request, ours))
-    vllm_causal = [bool(c) for c in draft.get_draft_attn_causal()]
-    for layer, causal in zip(draft.model.layers, vllm_causal, strict=True):
-        layer.self_attn.attn.causal = causal
-    trained = json.loads((Path(request.checkpoint) / "config.json").read_text())
-    as_trained = list(trained_causality(trained))
-    report["causality"] = {
-        "trained": as_trained,
-        "vllm": vllm_causal,
-        "as_trained": as_trained == vllm_causal,
-    }
+    report["causality"] = vllm_causality(draft, request.checkpoint)
     aux, block_ids, prev_ids = block_step_inputs(ours, source, request.tokens)
     hidden, their_base, theirs = _vllm_block(draft, config, aux, block_ids, prev_ids)
     del draft, config
