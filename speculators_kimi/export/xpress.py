@@ -54,7 +54,6 @@ from .weights import native_tensors
 __all__ = [
     "XPRESS_ARCHITECTURE",
     "XPRESS_CLASS",
-    "XPRESS_METHOD",
     "is_xpress_export",
     "xpress_config",
     "xpress_tensors",
@@ -63,8 +62,6 @@ __all__ = [
 #: The architecture vLLM's registry maps to ``Qwen3XPressForCausalLM``.
 XPRESS_ARCHITECTURE = "Qwen3XPressModel"
 XPRESS_CLASS = "Qwen3XPressForCausalLM"
-#: The speculative method that serves it (its config is a DFlash config).
-XPRESS_METHOD = "dflash"
 
 #: Upstream's refiner names -> vLLM's (under ``xpress_head.``).
 _REFINER = {

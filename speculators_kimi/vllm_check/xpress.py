@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluate.jacobi import jacobi_block
+from ..served import SERVE_METHOD
 from .block_layout import (
     _compare,
     _load,
@@ -80,11 +81,12 @@ def _configs(request: CheckRequest, target_dir: str, block: int):  # type: ignor
     k = request.num_speculative_tokens
     # the serve line's count unless the check is asked another
     tokens = block - 1 if k is None else k
-    spec = native_speculative_config(target, request.export, "dflash", tokens)
+    method = SERVE_METHOD["xpress"]
+    spec = native_speculative_config(target, request.export, method, tokens)
     return spec, cpu_vllm_config(target, spec)
 
 
-def vllm_jacobi(export: str, hidden, base, anchor: int) -> list[int]:  # type: ignore[no-untyped-def]
+def _vllm_jacobi(export: str, hidden, base, anchor: int) -> list[int]:  # type: ignore[no-untyped-def]
     """The block vLLM's speculator drafts from this step (its own
     ``jacobi_refine_greedy``, the export's passes and top-C, the anchor standing
     in for its predecessor as ``XPressSpeculator._jacobi_refine`` has it): its
@@ -149,7 +151,8 @@ def _ours(ours, aux, block_ids, prev_ids):  # type: ignore[no-untyped-def]
 
 def check_xpress(request: CheckRequest, exported: dict[str, Any]) -> dict:
     """The XPress export as vLLM parses, builds and loads it; one block step's
-    base and refined logits against the training forward of the checkpoint."""
+    base and refined logits against the training forward of the checkpoint,
+    and the block vLLM's Jacobi kernels draft against ``evaluate``'s."""
     import gc
     import shutil
     import tempfile
@@ -210,7 +213,7 @@ def check_xpress(request: CheckRequest, exported: dict[str, Any]) -> dict:
         passes = int(exported["xpress_num_passes"])
         topc = int(exported["xpress_topc"])
         anchor = int(block_ids[0])
-        their_block = vllm_jacobi(request.export, hidden, their_base, anchor)
+        their_block = _vllm_jacobi(request.export, hidden, their_base, anchor)
         my_block = jacobi_block(
             ours.refiner_head, my_base, my_hidden, anchor, passes=passes, topc=topc
         )

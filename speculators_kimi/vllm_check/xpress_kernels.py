@@ -7,7 +7,7 @@ its kernels need Triton, which vLLM replaces with placeholders when no GPU
 driver is active. Triton's interpreter runs them on CPU, but only when
 ``TRITON_INTERPRET=1`` is set before Triton is first imported (its own
 ``@jit`` helpers, such as ``tl.sigmoid``, are built then), so this runs in a
-process of its own (:func:`.xpress.vllm_jacobi`), with Triton put back in
+process of its own (:func:`.xpress._vllm_jacobi`), with Triton put back in
 ``vllm.triton_utils`` before vLLM's kernel module is imported.
 
 The head is vLLM's class, built from the export's config and loaded from its
