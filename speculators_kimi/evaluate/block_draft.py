@@ -175,11 +175,6 @@ class BlockDraftRunner:
     ) -> Proposal:
         """XPress's block (:func:`.jacobi.jacobi_block`), with vLLM's top-C;
         when sampling, each token's draft distribution all its mass."""
-        if request.k != self.max_tokens:
-            raise ValueError(
-                f"vLLM drafts an XPress block whole: --num-speculative-tokens "
-                f"{self.max_tokens} (block {self.block_size}), not {request.k}"
-            )
         ids = jacobi_block(
             self.refiner,
             logits,
@@ -192,7 +187,8 @@ class BlockDraftRunner:
         if request.temperature <= 0:
             return proposed, [None] * len(proposed)
         one_hot = logits.new_zeros(len(ids), logits.shape[-1])
-        one_hot[torch.arange(len(ids)), torch.tensor(ids)] = 1.0
+        rows = torch.arange(len(ids), device=logits.device)
+        one_hot[rows, torch.tensor(ids, device=logits.device)] = 1.0
         return proposed, list(self.vocab.target_probs(one_hot))
 
     @torch.no_grad()
@@ -206,6 +202,11 @@ class BlockDraftRunner:
                 f"a block of {self.block_size} proposes at most {self.max_tokens} "
                 f"tokens (sample_from_anchor={self.sample_from_anchor}); "
                 f"--num-speculative-tokens {k} asks for more"
+            )
+        if self.refiner is not None and k != self.max_tokens:
+            raise ValueError(
+                f"vLLM drafts an XPress block whole: --num-speculative-tokens "
+                f"{self.max_tokens} (block {self.block_size}), not {k}"
             )
         self.crop(request.committed)
         first = 0 if self.sample_from_anchor else 1
