@@ -42,6 +42,7 @@ __all__ = [
     "BlockCausality",
     "block_serving_config",
     "causality_by_layer_type",
+    "check_block_fields",
     "check_markov_head",
     "refuse_unservable",
     "trained_causality",
@@ -125,6 +126,25 @@ def _causality(config: dict[str, Any], algorithm: str) -> BlockCausality:
     )
 
 
+def check_block_fields(config: dict[str, Any], reader: str) -> None:
+    """Refuse a block drafter's config without what ``reader`` (the vLLM code
+    that reads the export) needs: the mask token and the aux layers.
+
+    :raises ExportError: naming the missing field.
+    """
+    if config.get("mask_token_id") is None:
+        raise ExportError(
+            f"config.json has no mask_token_id; {reader} requires it (the token "
+            "the draft's mask slots are embedded as): pass the one it was "
+            "trained with (--mask-token-id) and save the checkpoint again"
+        )
+    if not config.get("aux_hidden_state_layer_ids"):
+        raise ExportError(
+            f"config.json has no aux_hidden_state_layer_ids; {reader} requires "
+            "them (the verifier layers the draft reads)"
+        )
+
+
 def check_markov_head(config: dict[str, Any], served_by: str, why: str = "") -> None:
     """Refuse a DSpark Markov head that vLLM's DSpark class ``served_by`` cannot
     hold (it has only the vanilla head's weights); ``why`` quotes its own check."""
@@ -198,17 +218,7 @@ def block_serving_config(
     :raises ExportError: what vLLM cannot serve as trained (see the module).
     """
     algorithm = str(config["speculators_model_type"])
-    if config.get("mask_token_id") is None:
-        raise ExportError(
-            "config.json has no mask_token_id; vLLM's parser requires it (the "
-            "token the draft's mask slots are embedded as): pass the one it was "
-            "trained with (--mask-token-id) and save the checkpoint again"
-        )
-    if not config.get("aux_hidden_state_layer_ids"):
-        raise ExportError(
-            "config.json has no aux_hidden_state_layer_ids; vLLM's parser "
-            "requires them (the verifier layers the draft reads)"
-        )
+    check_block_fields(config, "vLLM's parser")
     if algorithm == "dspark":
         _check_dspark(config)
     else:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .block import check_markov_head
+from .block import check_block_fields, check_markov_head
 from .errors import ExportError
 from .weights import native_tensors
 
@@ -119,16 +119,7 @@ def _refuse(config: dict[str, Any]) -> None:
             "K3DSparkForCausalLM drafts with the anchor as the first prediction "
             "position (the anchor block layout). Retrain with --sample-from-anchor"
         )
-    if config.get("mask_token_id") is None:
-        raise ExportError(
-            "config.json has no mask_token_id; vLLM's DSpark needs it (the token "
-            "the block's mask slots are embedded as)"
-        )
-    if not config.get("aux_hidden_state_layer_ids"):
-        raise ExportError(
-            "config.json has no aux_hidden_state_layer_ids; vLLM needs them (the "
-            "verifier layers the draft reads)"
-        )
+    check_block_fields(config, "vLLM's K3DSparkConfig")
 
 
 def _full_layer_config(layer: dict[str, Any]) -> dict[str, Any]:

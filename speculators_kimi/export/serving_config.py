@@ -60,7 +60,7 @@ _TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 def layout_of(config: dict[str, Any]) -> str:
     """``native`` for a draft with MLA layers or an XPress draft (vLLM's
     speculators parser cannot map them), else ``speculators``."""
-    layer_type = config["transformer_layer_config"].get("model_type")
+    layer_type = (config.get("transformer_layer_config") or {}).get("model_type")
     native = layer_type == MLA_LAYER_TYPE
     return (
         "native"

@@ -47,7 +47,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..served import xpress_topc, xpress_unserved_reason
-from .block import BlockCausality, causality_by_layer_type
+from .block import BlockCausality, causality_by_layer_type, check_block_fields
 from .errors import ExportError
 from .weights import native_tensors
 
@@ -84,12 +84,7 @@ def _refuse(config: dict[str, Any]) -> None:
     why = xpress_unserved_reason(config)
     if why is not None:
         raise ExportError(why)
-    for key, why in (
-        ("mask_token_id", "the token the block's mask slots are embedded as"),
-        ("aux_hidden_state_layer_ids", "the verifier layers the draft reads"),
-    ):
-        if config.get(key) in (None, []):
-            raise ExportError(f"config.json has no {key}; vLLM needs it ({why})")
+    check_block_fields(config, "vLLM's Qwen3XPressForCausalLM")
 
 
 def xpress_config(config: dict[str, Any]) -> tuple[dict[str, Any], BlockCausality]:

@@ -162,6 +162,7 @@ def _check_written_from(args: argparse.Namespace, export: Path, trained: Path) -
 def run(args: argparse.Namespace) -> int:
     """Run ``vllm-check`` from parsed arguments."""
     from ..draft_weights import draft_weights
+    from ..export.serving_config import layout_of
     from ..served import served_tokens
     from ..verifier.fit import check_draft_fits
     from .size import check_decoder_fits
@@ -181,12 +182,14 @@ def run(args: argparse.Namespace) -> int:
             f"{args.export} --verifier {args.verifier}"
         )
     export_config = json.loads((Path(args.export) / "config.json").read_text())
-    if export_config.get("speculators_model_type") == "xpress":
+    algorithm = export_config.get("speculators_model_type")
+    if algorithm is not None and layout_of(export_config) == "native":
+        kind = "an XPress" if algorithm == "xpress" else "an MLA"
         raise CommandError(
-            f"export {args.export}: an XPress checkpoint, not an export (vLLM "
-            "serves XPress only in its native layout); write one first: "
-            f"speculators-kimi export {args.export} --out DIR, then vllm-check DIR "
-            f"--checkpoint {args.export} --verifier {args.verifier}"
+            f"export {args.export}: {kind} checkpoint, not an export (vLLM serves "
+            "it only in its native layout); write one first: speculators-kimi "
+            f"export {args.export} --out DIR, then vllm-check DIR --checkpoint "
+            f"{args.export} --verifier {args.verifier}"
         )
     if (
         args.num_speculative_tokens is not None
