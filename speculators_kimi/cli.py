@@ -146,7 +146,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if a in COMMANDS), None)
     parser = build_parser(selected)
+    # What follows `--` is another command's flags: doctor's are `speculators
+    # train`'s, read by train's own parser (a command without train_flags
+    # takes none).
+    tail: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, tail = argv[:at], argv[at + 1 :]
     args = parser.parse_args(argv)
+    if tail:
+        if not hasattr(args, "train_flags"):
+            parser.error(f"{args.command} takes no arguments after --")
+        args.train_flags = tuple(tail)
     if args.version:
         print(version_text())
         return 0

@@ -5,9 +5,10 @@ data unless ``--check-values``, no checkpoint code unless ``--trust-remote-code`
 and reports what training would use: the resolved text config and where it was
 found, the decoder prefix and the exact embedding / head / final-norm keys with
 shapes, dtypes and shards, whether the head is tied, any quantization, the
-default EAGLE-3 target layer ids, the draft config training would build, an
-estimate of training memory, and every problem with its fix. Exits non-zero when
-there is a problem.
+target layer ids, the draft config training would build (for
+``--speculator-type`` and any train flags after ``--``), an estimate of training
+memory, how vLLM 0.34 serves that draft, and every problem with its fix (a draft
+``export`` would refuse among them). Exits non-zero when there is a problem.
 
 ``--check-values`` also reads the tensors the draft takes from the verifier (input
 embedding, output head unless tied, final norm; a norm bias or FP8 head scale too),
@@ -23,8 +24,10 @@ The modules, one job each:
 * :mod:`.report`: :class:`Report` and :class:`Problem`, the report as text.
 * :mod:`.checkpoint`: the text config, the weight keys and the shards.
 * :mod:`.values`: NaN/inf in the tensors the draft reads (``--check-values``).
-* :mod:`.draft`: the draft training would build, and its options.
+* :mod:`.draft`: the train config, the draft it would build, and its options.
 * :mod:`.memory`: the draft's parameter counts and training-memory estimate.
+* :mod:`.serving`: training's refusals before any work, and how vLLM serves
+  the draft (``export``'s own plan).
 * :mod:`.diagnose`: every check in order, from :class:`DoctorOptions`.
 * :mod:`.cli`: the ``doctor`` command (flags to :class:`DoctorOptions`).
 """

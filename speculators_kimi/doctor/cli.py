@@ -25,6 +25,13 @@ __all__ = ["add_arguments", "options_from_args", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``doctor`` options."""
+    parser.usage = "%(prog)s VERIFIER [options] [-- SPECULATORS_TRAIN_FLAG ...]"
+    parser.epilog = (
+        "After --, any `speculators train` flags (e.g. -- --block-size 8 "
+        "--sample-from-anchor), read by train's own parser; where one repeats a "
+        "doctor flag, the one after -- counts."
+    )
+    parser.set_defaults(train_flags=())
     parser.add_argument("verifier", help="local checkpoint directory or Hub id")
     parser.add_argument(
         "--trust-remote-code",
@@ -45,7 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="draft vocabulary for the estimate (default: the verifier's, as "
         "`speculators train` without --draft-vocab-size)",
     )
-    parser.add_argument("--num-layers", type=positive_int, default=1)
+    parser.add_argument(
+        "--num-layers",
+        type=positive_int,
+        default=None,
+        help="as for `speculators train` (default: its default, 5 for the DFlash "
+        "family, 1 otherwise)",
+    )
     parser.add_argument(
         "--norm-before-fc",
         action=argparse.BooleanOptionalAction,
@@ -62,11 +75,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fc-norm", action="store_true", help="as for `speculators train`"
     )
     parser.add_argument(
+        "--speculator-type",
+        default="eagle3",
+        help="the algorithm to check for, as for `speculators train` (eagle3, "
+        "dflash, dflash2, dspark, xpress; peagle and mtp train, but vLLM 0.34 "
+        "serves neither)",
+    )
+    parser.add_argument(
         "--draft-arch",
         choices=("llama", "qwen3", "deepseek_v3"),
-        default="llama",
-        help="draft decoder layers to show and estimate (deepseek_v3: MLA with the "
-        "verifier's latent attention geometry)",
+        default=None,
+        help="draft decoder layers to show and estimate, as for `speculators train` "
+        "(default: its default, llama for eagle3, qwen3 otherwise; deepseek_v3: MLA "
+        "with the verifier's latent attention geometry)",
     )
     add_verifier_weight_arguments(parser)
 
@@ -83,6 +104,8 @@ def options_from_args(args: argparse.Namespace) -> DoctorOptions:
             norm_before_fc=args.norm_before_fc,
             norm_output=args.norm_output,
             fc_norm=args.fc_norm,
+            speculator_type=args.speculator_type,
+            train_flags=tuple(args.train_flags),
         ),
         weight_overrides=verifier_weight_kwargs(args),
     )

@@ -7,19 +7,29 @@ A bad verifier never raises: each section's error becomes a
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
+from ..served import BLOCK_ALGORITHMS
 from .checkpoint import (
     decoder_section,
     shards_section,
     text_config_section,
     weights_section,
 )
-from .draft import DraftChoices, draft_section
-from .memory import estimate_memory
+from .draft import (
+    DraftChoices,
+    draft_section,
+    draft_vocab_of,
+    planned_draft,
+    train_config,
+)
+from .memory import estimate_block_memory, estimate_memory
 from .report import Problem, Report
+from .serving import serving_section, training_refusal
 from .tokenizer import tokenizer_section
 from .values import values_section
 
@@ -113,49 +123,93 @@ def _shards_and_weights(
     return None
 
 
-def _draft_and_memory(
+def _cannot_build(err: Exception) -> Problem:
+    """A config without a field the draft copies: a verifier without attention
+    layers (Mamba, RWKV) has no num_attention_heads, an ALiBi one (Bloom) no
+    context length."""
+    return Problem(
+        "speculators train cannot build its default draft from this "
+        f"verifier's config: {str(err).rstrip('.')}.",
+        "Give speculators train --draft-config, a decoder config for the "
+        "draft (its model_type, attention heads and "
+        "max_position_embeddings; the verifier's hidden_size).",
+    )
+
+
+def _training_plan(
     verifier: str,
     text_config: Any,
     options: DoctorOptions,
-    draft_vocab: int,
     report: Report,
 ) -> None:
-    """The draft training would build, its options and its memory estimate."""
+    """The flags as training resolves them, what it refuses before any work,
+    the draft it would build, its memory estimate and how vLLM serves it."""
     from speculators.train.config.resolution import ConfigError
 
     try:
-        draft, chosen = draft_section(
+        cfg, notes = train_config(
             verifier,
             options.draft,
-            report,
-            draft_vocab=draft_vocab,
+            draft_vocab_size=options.draft_vocab_size,
             trust_remote_code=options.trust_remote_code,
         )
-    except (AttributeError, ConfigError) as err:
-        # A config without a field the draft copies: a verifier without
-        # attention layers (Mamba, RWKV) has no num_attention_heads, an ALiBi
-        # one (Bloom) no context length.
+    except ConfigError as err:
         report.problems.append(
             Problem(
-                "speculators train cannot build its default draft from this "
-                f"verifier's config: {str(err).rstrip('.')}.",
-                "Give speculators train --draft-config, a decoder config for the "
-                "draft (its model_type, attention heads and "
-                "max_position_embeddings; the verifier's hidden_size).",
+                f"speculators train refuses these flags: {err}",
+                "Fix the flags (those after -- go to train's parser as given).",
             )
         )
+        return
+    draft_vocab = draft_vocab_of(cfg, int(text_config.vocab_size))
+    report.training = {
+        "speculator_type": cfg.speculator_type,
+        "train_flags": list(options.draft.train_flags),
+        "notes": notes,
+    }
+    if draft_vocab > int(text_config.vocab_size):
+        report.problems.append(
+            Problem(
+                f"--draft-vocab-size {draft_vocab} exceeds the verifier "
+                f"vocabulary ({text_config.vocab_size}).",
+                "Choose a draft vocabulary no larger than the verifier's.",
+            )
+        )
+        return
+    refusal = training_refusal(cfg)
+    if refusal is not None:
+        report.problems.append(refusal)
+        return
+    try:
+        report.target_layer_ids = _target_layer_ids(verifier, cfg, options)
+    except ValueError as err:
+        report.problems.append(
+            Problem(str(err), "Pass --target-layer-ids to training explicitly.")
+        )
+        return
+    try:
+        planned, unresolved = planned_draft(
+            cfg,
+            draft_vocab,
+            int(text_config.vocab_size),
+            read_tokenizer=Path(verifier).is_dir(),
+        )
+        chosen = draft_section(
+            cfg, planned, report, draft_vocab=draft_vocab, mask_known=not unresolved
+        )
+        if unresolved is not None:
+            notes.append(unresolved)
+    except (AttributeError, ConfigError) as err:
+        report.problems.append(_cannot_build(err))
         return
     except Exception as err:
         report.problems.append(_problem_for(err))
         return
     try:
-        report.memory = estimate_memory(
-            draft,
-            draft_vocab=draft_vocab,
-            options=chosen,
-            num_aux=len(report.target_layer_ids or [0, 1, 2]),
-        )
-        if int(draft.hidden_size) != int(text_config.hidden_size):
+        report.memory = _memory(cfg, planned, chosen, draft_vocab)
+        if int(planned.transformer_layer_config.hidden_size) != int(
+            text_config.hidden_size
+        ):
             report.problems.append(
                 Problem(
                     "Draft hidden_size differs from the verifier's.",
@@ -164,6 +218,50 @@ def _draft_and_memory(
             )
     except Exception as err:
         report.problems.append(_problem_for(err))
+    serving_section(verifier, planned, report)
+
+
+def _target_layer_ids(verifier: str, cfg: Any, options: DoctorOptions) -> list[int]:
+    """The verifier layers the draft reads (``--target-layer-ids``, else
+    training's default for the verifier).
+
+    :raises ValueError: training cannot choose them for this verifier.
+    """
+    from speculators.models.utils import resolve_target_layer_ids
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ids = resolve_target_layer_ids(
+            cfg.flatten()["target_layer_ids"],
+            verifier,
+            trust_remote_code=options.trust_remote_code,
+        )
+    return [int(i) for i in ids]
+
+
+def _memory(
+    cfg: Any, planned: Any, chosen: dict[str, Any], draft_vocab: int
+) -> dict[str, Any] | None:
+    """The estimate for the algorithm: EAGLE-3's test-time training or a block
+    drafter's anchored blocks; none for P-EAGLE and MTP (vLLM serves neither)."""
+    flat = cfg.flatten()
+    if cfg.speculator_type == "eagle3":
+        return estimate_memory(
+            planned.transformer_layer_config,
+            draft_vocab=draft_vocab,
+            options=chosen,
+            num_aux=len(planned.eagle_aux_hidden_state_layer_ids),
+            seq_len=int(flat["total_seq_len"]),
+            ttt_steps=int(flat["ttt_steps"]),
+        )
+    if cfg.speculator_type in BLOCK_ALGORITHMS:
+        return estimate_block_memory(
+            planned,
+            draft_vocab=draft_vocab,
+            seq_len=int(flat["total_seq_len"]),
+            max_anchors=int(flat["max_anchors"]),
+        )
+    return None
 
 
 def diagnose(
@@ -195,19 +293,10 @@ def diagnose(
     except Exception as err:
         report.problems.append(_problem_for(err))
         return report
-    draft_vocab = options.draft_vocab_size or int(text_config.vocab_size)
     tokenizer_section(verifier, report)
     spec = _shards_and_weights(verifier, text_config, options, report)
     decoder_section(text_config, options.trust_remote_code, report, spec)
     if options.check_values and spec is not None:
         values_section(spec, report, progress=progress)
-    _draft_and_memory(verifier, text_config, options, draft_vocab, report)
-    if draft_vocab > int(text_config.vocab_size):
-        report.problems.append(
-            Problem(
-                f"--draft-vocab-size {draft_vocab} exceeds the verifier "
-                f"vocabulary ({text_config.vocab_size}).",
-                "Choose a draft vocabulary no larger than the verifier's.",
-            )
-        )
+    _training_plan(verifier, text_config, options, report)
     return report

@@ -45,7 +45,11 @@ class Report:
     weights: dict[str, Any] | None = None
     quantization: list[str] = field(default_factory=list)
     target_layer_ids: list[int] | None = None
+    #: The algorithm, the flags given after ``--`` and train's notes on them.
+    training: dict[str, Any] | None = None
     draft_config: dict[str, Any] | None = None
+    #: How vLLM 0.34 serves the draft (None: not planned, or a problem says why).
+    serving: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
     # Per tensor NaN/inf counts; None when --check-values was not given.
     values: list[dict[str, Any]] | None = None
@@ -65,7 +69,9 @@ class Report:
             "weights": self.weights,
             "quantization": self.quantization,
             "target_layer_ids": self.target_layer_ids,
+            "training": self.training,
             "draft_config": self.draft_config,
+            "serving": self.serving,
             "estimated_memory": self.memory,
             "value_check": self.values,
             "shards": self.shards,
@@ -132,6 +138,28 @@ def _memory_line(mem: dict[str, Any]) -> str:
     )
 
 
+def _training_lines(training: dict[str, Any]) -> list[str]:
+    flags = " ".join(training["train_flags"])
+    lines = [
+        f"training: --speculator-type {training['speculator_type']}"
+        + (f" {flags}" if flags else "")
+    ]
+    lines.extend(f"  note: {note}" for note in training["notes"])
+    return lines
+
+
+def _serving_line(serving: dict[str, Any]) -> str:
+    how = serving["architecture"] or f"the {serving['layout']} layout"
+    line = (
+        f"vLLM 0.34 serves it: method {serving['method']}, {how}, "
+        f"num_speculative_tokens {serving['num_speculative_tokens']}"
+    )
+    if serving["causal_layers"] is not None:
+        kinds = ["causal" if c else "bidirectional" for c in serving["causal_layers"]]
+        line += f"; layers in the block: {', '.join(kinds)}"
+    return line
+
+
 def _value_lines(values: list[dict[str, Any]]) -> list[str]:
     """One line per tensor ``--check-values`` read."""
     lines = ["tensor values (NaN/inf):"]
@@ -169,12 +197,16 @@ def render(report: Report) -> str:
     lines = [f"verifier: {report.verifier}", *_checkpoint_lines(report)]
     lines.append(f"quantization: {'; '.join(report.quantization) or 'none seen'}")
     if report.target_layer_ids is not None:
-        lines.append(f"default target layer ids: {report.target_layer_ids}")
+        lines.append(f"target layer ids: {report.target_layer_ids}")
+    if report.training:
+        lines.extend(_training_lines(report.training))
     if report.draft_config:
         draft = " ".join(f"{k}={v}" for k, v in report.draft_config.items())
         lines.append(f"draft config: {draft}")
     if report.memory:
         lines.append(_memory_line(report.memory))
+    if report.serving:
+        lines.append(_serving_line(report.serving))
     if report.values is not None:
         lines.extend(_value_lines(report.values))
     if report.shards is not None:

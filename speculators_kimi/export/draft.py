@@ -11,21 +11,17 @@ from typing import Any
 from ..draft_weights import draft_weights
 from ..evaluate.epochs import table_choice
 from ..evaluate.profile import check_profile, draft_digest
-from ..served import SERVE_METHOD, served_tokens
+from ..served import served_tokens
 from ..verifier.fit import check_draft_fits
-from .block import BlockCausality, block_serving_config, refuse_unservable
+from .block import BlockCausality, refuse_unservable
 from .errors import ExportError
 from .hub import serving_verifier_id
-from .k3_dspark import (
-    K3_CLASS,
-    is_mla_block_draft,
-    k3_dspark_config,
-    k3_dspark_tensors,
-)
-from .serving_config import carried_files, layout_of, serving_config
+from .k3_dspark import K3_CLASS, k3_dspark_tensors
+from .plan import serving_plan
+from .serving_config import carried_files
 from .weights import served_tensors
 from .write import check_not_an_input, check_out, write_export
-from .xpress import XPRESS_CLASS, xpress_config, xpress_tensors
+from .xpress import XPRESS_CLASS, xpress_tensors
 
 __all__ = ["PROFILE_NAME", "ExportResult", "export_draft"]
 
@@ -197,50 +193,36 @@ def export_draft(
         verifier_id=verifier_id, recorded=recorded, local=local
     )
     tensors = load_file(str(checkpoint / "model.safetensors"))  # checked above
-    causality = None
-    architecture = None
-    if is_mla_block_draft(config):
-        # vLLM's K3DSparkForCausalLM: native layout, every layer bidirectional
-        # inside the block (full attention), as trained.
-        serving = k3_dspark_config(config)
-        layers = int(serving["num_hidden_layers"])
-        causality = BlockCausality((False,) * layers, False)
-        architecture = K3_CLASS
+    plan = serving_plan(
+        config,
+        verifier_id=hub_id,
+        has_input_norm="input_norm.weight" in tensors,
+        verifier=local,
+    )
+    if plan.architecture == K3_CLASS:
         kept, dropped = k3_dspark_tensors(tensors)
-    elif algorithm == "xpress":
+    elif plan.architecture == XPRESS_CLASS:
         # vLLM's Qwen3XPressForCausalLM: native layout, its refiner's names.
-        serving, causality = xpress_config(config)
-        architecture = XPRESS_CLASS
         kept, dropped = xpress_tensors(tensors)
     else:
-        if algorithm in SERVE_METHOD:
-            serving, causality = block_serving_config(config, hub_id)
-        else:
-            serving = serving_config(
-                config,
-                verifier_id=hub_id,
-                has_input_norm="input_norm.weight" in tensors,
-                verifier=local,
-            )
         kept, dropped = served_tensors(
             config, tensors, verifier=local, keep_embeddings=keep_embeddings
         )
-    layout = layout_of(config)
-    carried = {name: checkpoint / name for name in carried_files(layout)}
+    carried = {name: checkpoint / name for name in carried_files(plan.layout)}
     if profile is not None:
         carried[PROFILE_NAME] = Path(profile)
-    write_export(out, kept, serving, carried)
+    write_export(out, kept, plan.config, carried)
     return ExportResult(
         out,
         hub_id,
         k,
         sorted(kept),
         dropped,
-        layout,
+        plan.layout,
         checkpoint,
-        method=SERVE_METHOD.get(algorithm, "eagle3"),
-        causality=causality,
+        method=plan.method,
+        causality=plan.causality,
         trained_dtype=config.get("dtype") or config.get("torch_dtype"),
-        architecture=architecture,
+        architecture=plan.architecture,
         verifier_architectures=recorded_verifier.get("architectures") or [],
     )

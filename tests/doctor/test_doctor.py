@@ -493,7 +493,15 @@ def test_parameter_counts_are_the_trained_models(kimi_tiny, capsys, arch, flags)
         str(draft_vocab),
         *flags,
     )
-    assert code == 0, report["problems"]
+    if arch == "deepseek_v3" and "--norm-before-fc" in flags:
+        # vLLM's MLA EAGLE-3 class has no input norm before fc: counted, not served
+        (problem,) = report["problems"]
+        assert "could not serve" in problem["problem"]
+        assert "--norm-before-fc" in problem["problem"]
+        assert report["serving"] is None
+    else:
+        assert code == 0, report["problems"]
+        assert report["serving"]["method"] == "eagle3"
     argv = ["--verifier-name-or-path", str(kimi_tiny), "--data-path", "unused"]
     args = argparse.Namespace(
         **TrainConfig.resolve([*argv, "--draft-arch", arch, *flags]).flatten()
@@ -580,7 +588,7 @@ def _bloom(path: Path) -> None:
 @pytest.mark.parametrize(
     ("build", "said"),
     [
-        (_mamba, "MambaConfig has no num_attention_heads"),
+        (_mamba, "('mamba') has no attention heads"),
         (_bloom, "BloomConfig names no context length"),
     ],
     ids=["mamba", "bloom"],
@@ -590,17 +598,16 @@ def test_a_config_the_draft_cannot_copy_names_the_draft_config_flag(
 ):
     """Mamba has no attention heads for the default draft to copy, Bloom (ALiBi)
     no context length: one problem naming ``--draft-config`` (Mamba's was
-    "AttributeError ... See the message."). Training refuses them the same way
-    (unit 0043)."""
+    "AttributeError ... See the message."). Training refuses them the same way:
+    Mamba before any work, in its own words (unit 0025), Bloom as its draft is
+    built (unit 0043)."""
     build(tmp_path / "verifier")
     code, report = _doctor(capsys, str(tmp_path / "verifier"))
     assert code == 1
     (problem,) = report["problems"]
-    assert "cannot build its default draft" in problem["problem"]
     assert said in problem["problem"]
     assert not problem["problem"].endswith("..")
-    assert "--draft-config" in problem["fix"]
-    assert "max_position_embeddings" in problem["fix"]
+    assert "--draft-config" in problem["problem"] + problem["fix"]
 
 
 def test_a_verifier_with_altup_streams_cannot_be_fixed_by_a_flag(tmp_path, capsys):
