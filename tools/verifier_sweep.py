@@ -29,12 +29,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import signal
 import sys
 import tempfile
-import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -351,33 +348,12 @@ def _timeout(_signum: int, _frame: Any) -> None:
     raise TimeoutError("over the time limit")
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Without the warnings and logs of building ~200 models, then as before
-    (the sweep may run inside another program, such as a test)."""
-    from loguru import logger
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    logger.disable("speculators")
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logging.disable(logging.NOTSET)
-        logger.enable("speculators")
-        hf_logging.enable_progress_bar()
-        hf_logging.set_verbosity(verbosity)
-
-
 def main(argv: list[str] | None = None) -> int:
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL,
     )
+
+    from speculators_kimi.quiet import quiet_libraries
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model_types", nargs="*", help="default: every causal LM")
@@ -388,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"not causal LM model types of this transformers: {unknown}")
     counts: dict[str, int] = {}
     previous = signal.signal(signal.SIGALRM, _timeout)
-    with _quiet(), tempfile.TemporaryDirectory() as scratch:
+    with quiet_libraries(), tempfile.TemporaryDirectory() as scratch:
         for model_type in args.model_types or sorted(CAUSAL):
             signal.alarm(args.seconds)
             try:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import logging
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..quiet import quiet_libraries
 from .report import DECODER_FIELDS, Report
 
 __all__ = [
@@ -142,19 +141,6 @@ class _Planned(Exception):
         self.config = config
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Training's notes while it resolves (the mask token's source, the default
-    target layers) are said in the report, not logged beside it."""
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logging.disable(logging.NOTSET)
-
-
 def planned_draft(
     cfg: Any, draft_vocab: int, verifier_vocab: int, *, read_tokenizer: bool = True
 ) -> tuple[Any, str | None]:
@@ -181,7 +167,7 @@ def planned_draft(
 
     args = argparse.Namespace(**cfg.flatten())
     unresolved = None
-    with _quiet():
+    with quiet_libraries():
         if args.mask_token_id is None and not read_tokenizer:
             args.mask_token_id = _UNRESOLVED_MASK
             unresolved = (

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from helpers import parameter_counts
 
 torch = pytest.importorskip("torch")
 if TYPE_CHECKING:
@@ -511,14 +512,9 @@ def test_parameter_counts_are_the_trained_models(kimi_tiny, capsys, arch, flags)
     t2d[:draft_vocab] = True
     d2t = torch.zeros(draft_vocab, dtype=torch.long)
     model = build_draft_model(args, Eagle3DraftModel, t2d, d2t, draft_vocab)
-    params = list(model.parameters())
     memory = report["estimated_memory"]
-    assert memory["trainable_params"] == sum(
-        p.numel() for p in params if p.requires_grad
-    )
-    assert memory["frozen_params"] == sum(
-        p.numel() for p in params if not p.requires_grad
-    )
+    counts = parameter_counts(model)
+    assert {name: memory[name] for name in counts} == counts
     assert report["draft_config"]["norm_before_fc"] == model.config.norm_before_fc
 
 

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import parameter_counts
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("speculators.train.speculator_checks")
@@ -74,14 +75,9 @@ def test_the_plan_is_the_draft_train_builds_and_export_serves(
     )
     assert code == 0, report["problems"]
     model = _trained(kimi_tiny, SERVED[case], tmp_path / "draft")
-    params = list(model.parameters())
     memory = report["estimated_memory"]
-    assert memory["trainable_params"] == sum(
-        p.numel() for p in params if p.requires_grad
-    )
-    assert memory["frozen_params"] == sum(
-        p.numel() for p in params if not p.requires_grad
-    )
+    counts = parameter_counts(model)
+    assert {name: memory[name] for name in counts} == counts
     assert f"block_size={BLOCK}" in memory["assumptions"]
     shown = report["draft_config"]
     assert shown["block_size"] == model.config.block_size == BLOCK

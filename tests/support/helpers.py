@@ -269,3 +269,13 @@ def rows_dataset(path: Path, rows: list[list[int]]) -> Path:
     ds.set_format(type="torch")
     ds.save_to_disk(str(path))
     return path
+
+
+def parameter_counts(model: Any) -> dict[str, int]:
+    """A model's trainable and frozen parameters, under doctor's names."""
+    counts = {"trainable_params": 0, "frozen_params": 0}
+    for param in model.parameters():
+        counts["trainable_params" if param.requires_grad else "frozen_params"] += (
+            param.numel()
+        )
+    return counts
