@@ -24,6 +24,12 @@ checkpoint (float32, eager attention, upstream's own anchor-block mask) with the
 one anchor at position ``n`` and the same aux states as its context, plus
 upstream's Markov and confidence heads for DSpark. What is stubbed is listed in
 :data:`.stubs.BLOCK_STUBS`.
+
+At Kimi-K2.5's size (hidden 7168, vocabulary 163840) the check fits a CPU box
+(11.5 GiB for one draft layer): ours stays in its stored dtype until vLLM's
+draft is released, both embed through the block's rows (:class:`BlockRows`),
+vLLM's vocabulary-sized tensors are never filled, and one float32 head serves
+both where vLLM shares the target's.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..evaluate.session import cast_draft
 from ..served import served_tokens
 from .draft import (
     aux_source,
@@ -46,9 +53,11 @@ from .request import CheckRequest
 from .stubs import BLOCK_STUBS, stub_block_drafter
 
 __all__ = [
+    "BlockRows",
     "block_step_inputs",
     "check_block_layout",
     "load_block_ours",
+    "shared_head",
     "vllm_causality",
 ]
 
@@ -78,17 +87,55 @@ _PARSED = (
 
 
 def load_block_ours(request: CheckRequest):  # type: ignore[no-untyped-def]
-    """The trained block drafter in float32 with the verifier's embedding (and
-    head, for a full vocabulary) from ``request.verifier``; eager attention, so
-    the training forward builds upstream's float anchor-block mask."""
-    import torch
+    """Our draft in its stored dtype (mapped from the file; :func:`_ours_block`
+    runs it after ``cast_draft`` to float32, once vLLM's draft is gone), eager
+    attention (so the training forward builds upstream's float anchor-block
+    mask), its frozen verifier head the LM head itself: the two have the same
+    shape, and only the loss's targets read it (1.2 G parameters at Kimi-K2.5
+    size, not held twice)."""
+    import gc
+
     from speculators import SpeculatorModel, SpeculatorModelConfig
 
     config = SpeculatorModelConfig.from_pretrained(request.checkpoint)
     config.speculators_config.verifier.name_or_path = request.verifier
     config.transformer_layer_config._attn_implementation = "eager"
-    model = SpeculatorModel.from_pretrained(request.checkpoint, config=config)
-    return model.to(torch.float32).eval()
+    ours = SpeculatorModel.from_pretrained(request.checkpoint, config=config).eval()
+    ours.verifier_lm_head = ours.lm_head
+    gc.collect()
+    return ours
+
+
+class BlockRows:
+    """The embedding rows of the block's tokens (anchor and mask), the only
+    rows either draft reads: both embed through a lookup of just these rows
+    (the whole table is 4.7 GB in float32 at Kimi-K2.5 size), the same lookup
+    exactly. Ours embeds through it from now on; its full table is released."""
+
+    def __init__(self, ours, block_ids) -> None:  # type: ignore[no-untyped-def]
+        self.ids = block_ids.unique()
+        self.rows = ours.embed_tokens.weight.detach()[self.ids].float()
+        self.module = self.lookup(self.rows)
+        ours.embed_tokens = self.module
+
+    def lookup(self, rows):  # type: ignore[no-untyped-def]
+        """A module embedding the block's token ids through ``rows``."""
+        import torch
+
+        ids = self.ids
+
+        class Lookup(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.weight = torch.nn.Parameter(rows, requires_grad=False)
+
+            def forward(self, token_ids):  # type: ignore[no-untyped-def]
+                return self.weight[torch.searchsorted(ids, token_ids)]
+
+        return Lookup()
+
+    def __call__(self, ids):  # type: ignore[no-untyped-def]
+        return self.module(ids)
 
 
 def _ours_block(ours, aux, block_ids, prev_ids):  # type: ignore[no-untyped-def]
@@ -160,9 +207,31 @@ def _build(hf_config, request: CheckRequest, target_layers: int, target_vocab: i
     return draft, config, {"draft_class": arch, "draft_module": module}
 
 
-def _load(draft, config, request: CheckRequest, ours) -> dict:  # type: ignore[no-untyped-def]
-    """NaN-fill, load the export with vLLM's ``load_weights``, post-process, and
-    share the verifier's embedding / head where vLLM's ``_should_share`` does."""
+#: vLLM's vocabulary-sized parameters: not NaN-filled, so ``torch.empty`` leaves
+#: them (4.7 GB each in float32 at Kimi-K2.5 size) untouched and never resident
+#: unless the export loads them.
+_VOCAB_SIZED = ("model.embed_tokens.weight", "lm_head.weight")
+
+
+def shared_head(ours):  # type: ignore[no-untyped-def]
+    """One float32 copy of our LM head, for vLLM's draft (where its loader shares
+    the target's) and then ours."""
+    import torch
+
+    head = torch.nn.Parameter(ours.lm_head.weight.detach().float(), requires_grad=False)
+    ours.lm_head.weight = head
+    return head
+
+
+def _load(draft, config, request: CheckRequest, ours, rows: BlockRows) -> dict:  # type: ignore[no-untyped-def]
+    """NaN-fill, load the export with vLLM's ``load_weights``, post-process; then
+    the embedding and (full vocabulary) head the verifier's where vLLM's own
+    ``_should_share`` says its loader shares them, else the export's. vLLM's
+    draft embeds through the block's rows (:class:`BlockRows`): the verifier's,
+    or the export's own."""
+    import types
+
+    import torch
     from vllm.config import set_current_vllm_config
     from vllm.v1.worker.gpu.spec_decode.eagle.utils import _should_share
 
@@ -170,29 +239,43 @@ def _load(draft, config, request: CheckRequest, ours) -> dict:  # type: ignore[n
     # mask_embedding: a placeholder vLLM's loader skips unless the draft ships a
     # mask_embedding.pt (DFlash) and never reads for DSpark.
     skipped = {"model.mask_embedding"}
-    nan_fill(draft, skipped)
+    nan_fill(draft, skipped | set(_VOCAB_SIZED))
     names: list[str] = []
     with set_current_vllm_config(config):
         draft.load_weights(recorded_tensors(request.export, names))
         draft.process_weights_after_loading()
     shared = []
+    own_rows = rows.rows
+    if any(name.endswith("embed_tokens.weight") for name in names):
+        own_rows = inner.embed_tokens.weight.detach()[rows.ids].float()
     if _should_share(
-        draft, "has_own_embed_tokens", inner.embed_tokens, ours.embed_tokens
+        draft,
+        "has_own_embed_tokens",
+        types.SimpleNamespace(weight=own_rows),
+        types.SimpleNamespace(weight=rows.rows),
     ):
-        inner.embed_tokens.weight.data = ours.embed_tokens.weight.detach().clone()
+        own_rows = rows.rows
         shared.append("model.embed_tokens.weight")
+    inner.embed_tokens = rows.lookup(own_rows)  # the full table is released
+    unloaded = not_loaded(draft, skipped | {"lm_head.weight"})
+    head_loaded = any(name.endswith("lm_head.weight") for name in names)
     full_vocab = (
         draft.config.draft_vocab_size == ours.config.transformer_layer_config.vocab_size
     )
-    if full_vocab and _should_share(
-        draft, "has_own_lm_head", draft.lm_head, ours.lm_head
-    ):
-        draft.lm_head.weight.data = ours.lm_head.weight.detach().clone()
-        shared.append("lm_head.weight")
+    if full_vocab:
+        head = shared_head(ours)
+        if _should_share(draft, "has_own_lm_head", draft.lm_head, ours.lm_head):
+            draft.lm_head.weight = head
+            shared.append("lm_head.weight")
+        elif not head_loaded:
+            unloaded.append("lm_head.weight")
+    elif not head_loaded:
+        unloaded.append("lm_head.weight")
     return {
         "tensors": sorted(names),
         "shared_from_verifier": shared,
-        "parameters_not_loaded": not_loaded(draft, skipped),
+        "embedding_rows_equal_ours": bool(torch.equal(own_rows, rows.rows)),
+        "parameters_not_loaded": unloaded,
         "not_filled_unused_by_vllm": sorted(skipped),
     }
 
@@ -301,17 +384,22 @@ def check_block_layout(request: CheckRequest) -> dict[str, Any]:
     b = int(ours.block_size)
     n = request.tokens
     aux, block_ids, prev_ids = block_step_inputs(ours, source, n)
+    rows = BlockRows(ours, block_ids)
+    gc.collect()
 
     draft, config, built = _build(
         hf_config, request, source.num_hidden_layers, source.vocab_size
     )
     report.update(built)
-    report.update(_load(draft, config, request, ours))
+    report.update(_load(draft, config, request, ours, rows))
     report["causality"] = vllm_causality(draft, request.checkpoint)
     _, theirs, their_conf = _vllm_block(draft, config, aux, block_ids, prev_ids)
+    # vLLM's config holds its layers (the static forward context): drop both
+    # before ours is upcast, so the two float32 drafts are never resident at once.
     del draft, config
     gc.collect()
 
+    ours = cast_draft(ours, torch.float32)
     _, mine, my_conf = _ours_block(ours, aux, block_ids, prev_ids)
     vocab = torch.arange(ours.draft_vocab_size)
     d2t = ours.d2t

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluate.session import cast_draft
-from .block_layout import _compare, _ours_block, block_step_inputs
+from .block_layout import (
+    BlockRows,
+    _compare,
+    _ours_block,
+    block_step_inputs,
+    load_block_ours,
+    shared_head,
+)
 from .draft import (
     aux_source,
     build_native_draft,
@@ -66,53 +73,6 @@ _PARSED = (
 )
 
 
-def _load_ours(request: CheckRequest):  # type: ignore[no-untyped-def]
-    """Our draft in its stored dtype (mapped from the file), eager attention (so
-    the training forward builds upstream's float anchor-block mask), its frozen
-    verifier head the LM head itself: with the full vocabulary they are the
-    same tensor, and only the loss's targets read it (1.2 G parameters at
-    Kimi-K2.5 size, not held twice)."""
-    import gc
-
-    from speculators import SpeculatorModel, SpeculatorModelConfig
-
-    config = SpeculatorModelConfig.from_pretrained(request.checkpoint)
-    config.speculators_config.verifier.name_or_path = request.verifier
-    config.transformer_layer_config._attn_implementation = "eager"
-    ours = SpeculatorModel.from_pretrained(request.checkpoint, config=config).eval()
-    ours.verifier_lm_head = ours.lm_head
-    gc.collect()
-    return ours
-
-
-class _Rows:
-    """The embedding rows of the block's tokens (anchor and mask), the only
-    rows either draft reads: both embed through them (the whole table is 4.7 GB
-    in float32 at Kimi-K2.5 size)."""
-
-    def __init__(self, ours, block_ids) -> None:  # type: ignore[no-untyped-def]
-        import torch
-
-        self.ids = block_ids.unique()
-        table = ours.embed_tokens.weight.detach()
-        rows = torch.nn.Parameter(table[self.ids].float(), requires_grad=False)
-        module = self
-
-        class Lookup(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.weight = rows
-
-            def forward(self, ids):  # type: ignore[no-untyped-def]
-                return self.weight[torch.searchsorted(module.ids, ids)]
-
-        self.module = Lookup()
-        ours.embed_tokens = self.module  # the full table is released
-
-    def __call__(self, ids):  # type: ignore[no-untyped-def]
-        return self.module(ids)
-
-
 def _configs(request: CheckRequest, target_dir: str):  # type: ignore[no-untyped-def]
     import torch
     from vllm.config import ModelConfig
@@ -143,7 +103,7 @@ def _load(draft, config, request: CheckRequest, head) -> dict[str, Any]:  # type
         draft.process_weights_after_loading()
         with torch.device("meta"):  # its weight is the target's, set below
             lm_head = ParallelLMHead(*head.shape)
-    lm_head.weight = torch.nn.Parameter(head, requires_grad=False)
+    lm_head.weight = head
     draft.lm_head = lm_head
     unloaded = not_loaded(draft)
     return {
@@ -207,7 +167,7 @@ def check_k3_dspark(request: CheckRequest, exported: dict[str, Any]) -> dict:
             "block_size": getattr(hf, "block_size", None),
             "use_mla": bool(spec.draft_model_config.use_mla),
         }
-        ours = _load_ours(request)
+        ours = load_block_ours(request)
         # The verifier layers vLLM captures for the draft (target_layer_ids + 1),
         # against the aux layers the draft was trained on.
         aux = list(get_eagle3_aux_layers_from_config(spec) or [])
@@ -220,16 +180,14 @@ def check_k3_dspark(request: CheckRequest, exported: dict[str, Any]) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report.update(built)
-    # One float32 copy of the target's head, for vLLM's draft and then ours.
-    head = ours.lm_head.weight.detach().float()
-    ours.lm_head.weight = torch.nn.Parameter(head, requires_grad=False)
+    head = shared_head(ours)
     gc.collect()
     report.update(_load(draft, config, request, head))
 
     b = int(ours.block_size)
     n = request.tokens
     aux, block_ids, prev_ids = block_step_inputs(ours, source, n)
-    rows = _Rows(ours, block_ids)
+    rows = BlockRows(ours, block_ids)
     gc.collect()
     _, theirs, their_conf, pages = _vllm_block(
         draft, config, aux, block_ids, prev_ids, rows

@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluate.jacobi import jacobi_block
+from ..evaluate.session import cast_draft
 from ..served import SERVE_METHOD
 from .block_layout import (
+    BlockRows,
     _compare,
     _load,
     _ours_block,
@@ -198,12 +200,16 @@ def check_xpress(request: CheckRequest, exported: dict[str, Any]) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report.update(built)
-    report.update(_load(draft, config, request, ours))
-    report["causality"] = vllm_causality(draft, request.checkpoint)
     aux, block_ids, prev_ids = block_step_inputs(ours, source, request.tokens)
+    rows = BlockRows(ours, block_ids)
+    gc.collect()
+    report.update(_load(draft, config, request, ours, rows))
+    report["causality"] = vllm_causality(draft, request.checkpoint)
     hidden, their_base, theirs = _vllm_block(draft, config, aux, block_ids, prev_ids)
+    # vLLM's draft released before ours is upcast: never two float32 drafts.
     del draft, config
     gc.collect()
+    ours = cast_draft(ours, torch.float32)
     my_hidden, my_base, mine = _ours(ours, aux, block_ids, prev_ids)
     # The drafted block, when every parameter loaded and the block is served
     # whole (else the report already fails on that).

@@ -31,7 +31,7 @@ _PREFIX = "xpress_head."
 
 def _head(export: Path, config: dict[str, Any]):  # type: ignore[no-untyped-def]
     import torch
-    from safetensors.torch import load_file
+    from safetensors import safe_open
     from vllm.model_executor.models.qwen3_xpress import XPressRefinerHead
 
     head = XPressRefinerHead(
@@ -43,8 +43,13 @@ def _head(export: Path, config: dict[str, Any]):  # type: ignore[no-untyped-def]
         max_num_reqs=1,
         topc=config["xpress_topc"],
     )
-    tensors = load_file(str(export / "model.safetensors"))
-    mine = {k[len(_PREFIX) :]: v for k, v in tensors.items() if k.startswith(_PREFIX)}
+    # the refiner's tensors only (the draft's layers are GBs at Kimi-K2.5 size)
+    with safe_open(str(export / "model.safetensors"), "pt") as tensors:
+        mine = {
+            k[len(_PREFIX) :]: tensors.get_tensor(k)
+            for k in tensors.keys()  # noqa: SIM118 (safe_open is not iterable)
+            if k.startswith(_PREFIX)
+        }
     raw_mix = mine.pop("mix.L")
     state = {XPressRefinerHead.HYBRID_KEY_MAP.get(k, k): v for k, v in mine.items()}
     state["mix_L"] = head.mix_L.detach().clone()  # filled by the fold below

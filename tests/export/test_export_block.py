@@ -101,6 +101,14 @@ def _draft(verifier: Path, out: Path, name: str, vocab: int) -> Path:
     return ckpt
 
 
+def _copied(src: Path, dest: Path) -> Path:
+    """A copy of the directory ``src`` at ``dest``."""
+    dest.mkdir()
+    for item in src.iterdir():
+        (dest / item.name).write_bytes(item.read_bytes())
+    return dest
+
+
 @pytest.fixture(scope="module")
 def block_drafts(tmp_path_factory) -> dict[str, Path]:
     """A tiny Llama verifier (``"verifier"``) and one draft of each block
@@ -270,48 +278,37 @@ def test_vllm_loads_block_exports_and_catches_a_flipped_causal_flag(
     from speculators_kimi.vllm_check.env import default_env, ensure_env
     from speculators_kimi.vllm_check.request import CheckRequest
 
+    def request(export: Path, name: str, **more) -> CheckRequest:
+        verifier = str(block_drafts["verifier"])
+        ckpt = str(block_drafts[name])
+        return CheckRequest(str(export), ckpt, verifier, tokens=12, **more)
+
     requests = []
     for name in SPECULATORS_LAYOUT:
         export_draft(block_drafts[name], tmp_path / name, verifier_id=HUB_ID)
-        requests.append(
-            CheckRequest(
-                str(tmp_path / name),
-                str(block_drafts[name]),
-                str(block_drafts["verifier"]),
-                tokens=12,
-            )
-        )
-    flipped = tmp_path / "flipped"
-    flipped.mkdir()
-    for item in (tmp_path / "dflash").iterdir():
-        (flipped / item.name).write_bytes(item.read_bytes())
+        requests.append(request(tmp_path / name, name))
+    flipped = _copied(tmp_path / "dflash", tmp_path / "flipped")
     config = json.loads((flipped / "config.json").read_text())
     config["transformer_layer_config"].pop("is_causal")  # as the checkpoint reads
     (flipped / "config.json").write_text(json.dumps(config))
-    requests.append(
-        CheckRequest(
-            str(flipped),
-            str(block_drafts["dflash"]),
-            str(block_drafts["verifier"]),
-            tokens=12,
-        )
-    )
+    requests.append(request(flipped, "dflash"))
+    # The reduced-vocabulary dspark export without its head: vLLM's head (never
+    # NaN-filled, vocabulary-sized) must be reported unloaded, not used as is.
+    headless = _copied(tmp_path / "dspark", tmp_path / "headless")
+    tensors = load_file(headless / "model.safetensors")
+    del tensors["lm_head.weight"]
+    save_file(tensors, headless / "model.safetensors")
+    requests.append(request(headless, "dspark"))
     xpress = tmp_path / "xpress"
     export_draft(block_drafts["xpress"], xpress, verifier_id=HUB_ID)
-    folded = tmp_path / "folded"
-    folded.mkdir()
-    for item in xpress.iterdir():
-        (folded / item.name).write_bytes(item.read_bytes())
+    folded = _copied(xpress, tmp_path / "folded")
     tensors = load_file(folded / "model.safetensors")
     tensors["xpress_head.mix_L"] = tensors.pop("xpress_head.mix.L")
     save_file(tensors, folded / "model.safetensors")
-    ckpt, verifier = str(block_drafts["xpress"]), str(block_drafts["verifier"])
     requests += [
-        CheckRequest(str(xpress), ckpt, verifier, tokens=12),
-        CheckRequest(str(folded), ckpt, verifier, tokens=12),
-        CheckRequest(
-            str(xpress), ckpt, verifier, tokens=12, num_speculative_tokens=BLOCK
-        ),
+        request(xpress, "xpress"),
+        request(folded, "xpress"),
+        request(xpress, "xpress", num_speculative_tokens=BLOCK),
     ]
 
     python = ensure_env(default_env("0.34.0"), "0.34.0")
@@ -321,7 +318,7 @@ def test_vllm_loads_block_exports_and_catches_a_flipped_causal_flag(
         [*inner, json.dumps([asdict(r) for r in requests])], env=offline, timeout=600
     )
     reports = json.loads(proc.stdout.strip().splitlines()[-1])
-    *good, flip, xp, xp_folded, xp_past = reports
+    *good, flip, headless_report, xp, xp_folded, xp_past = reports
     classes = [
         "qwen3_dflash.DFlashQwen3ForCausalLM",
         "qwen3_dflash2.DFlash2Qwen3ForCausalLM",
@@ -331,6 +328,7 @@ def test_vllm_loads_block_exports_and_catches_a_flipped_causal_flag(
         assert report["vllm"] == "0.34.0", name
         assert report["draft_module"].endswith(cls), name
         assert report["parameters_not_loaded"] == [], name
+        assert report["embedding_rows_equal_ours"], name
         assert report["aux_states"] == "VerifierAux"
         assert report["causality"]["as_trained"], (name, report["causality"])
         step = report["one_step"]
@@ -359,6 +357,8 @@ def test_vllm_loads_block_exports_and_catches_a_flipped_causal_flag(
     assert not flip["causality"]["as_trained"]
     assert flip["one_step"]["max_abs_logit_diff"] > 1e-2, flip["one_step"]
     assert any("causality [True, True]" in line for line in problems(flip))
+    assert headless_report["parameters_not_loaded"] == ["lm_head.weight"]
+    assert any("did not load" in line for line in problems(headless_report))
     # XPress: the native layout picks vLLM's XPress speculator under method
     # dflash; every parameter loaded (the raw mixer folded), the refined logits
     # of one pass equal training's, causality by layer type as trained.
