@@ -28,6 +28,7 @@ The modules, one job each:
 * :mod:`.memory`: the draft's parameter counts and training-memory estimate.
 * :mod:`.serving`: training's refusals before any work, and how vLLM serves
   the draft (``export``'s own plan).
+* :mod:`.data`: the data a ``--data-path`` names, by training's own checks.
 * :mod:`.diagnose`: every check in order, from :class:`DoctorOptions`.
 * :mod:`.cli`: the ``doctor`` command (flags to :class:`DoctorOptions`).
 """

@@ -20,6 +20,7 @@ from .checkpoint import (
     text_config_section,
     weights_section,
 )
+from .data import hidden_states_section, prepared_data_refusal
 from .draft import (
     DraftChoices,
     draft_section,
@@ -176,7 +177,7 @@ def _training_plan(
             )
         )
         return
-    refusal = training_refusal(cfg)
+    refusal = training_refusal(cfg) or prepared_data_refusal(cfg)
     if refusal is not None:
         report.problems.append(refusal)
         return
@@ -219,6 +220,7 @@ def _training_plan(
     except Exception as err:
         report.problems.append(_problem_for(err))
     serving_section(verifier, planned, report)
+    hidden_states_section(cfg, planned, report)
 
 
 def _target_layer_ids(verifier: str, cfg: Any, options: DoctorOptions) -> list[int]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..quiet import quiet_libraries
+from .data import UNUSED_DATA
 from .report import DECODER_FIELDS, Report
 
 __all__ = [
@@ -84,7 +85,7 @@ def train_config(
     """
     from speculators.train.config import TrainConfig
 
-    argv = ["--verifier-name-or-path", verifier, "--data-path", "unused"]
+    argv = ["--verifier-name-or-path", verifier, "--data-path", UNUSED_DATA]
     argv += ["--speculator-type", choices.speculator_type]
     if choices.arch is not None:
         argv += ["--draft-arch", choices.arch]

@@ -50,6 +50,8 @@ class Report:
     draft_config: dict[str, Any] | None = None
     #: How vLLM 0.34 serves the draft (None: not planned, or a problem says why).
     serving: dict[str, Any] | None = None
+    #: The data a ``--data-path`` after ``--`` names, as training checked it.
+    data: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
     # Per tensor NaN/inf counts; None when --check-values was not given.
     values: list[dict[str, Any]] | None = None
@@ -72,6 +74,7 @@ class Report:
             "training": self.training,
             "draft_config": self.draft_config,
             "serving": self.serving,
+            "data": self.data,
             "estimated_memory": self.memory,
             "value_check": self.values,
             "shards": self.shards,
@@ -160,6 +163,18 @@ def _serving_line(serving: dict[str, Any]) -> str:
     return line
 
 
+def _data_line(data: dict[str, Any]) -> str:
+    states = (
+        "some hidden states to ask of the vLLM endpoint"
+        if data["asks_vllm_for_states"]
+        else "every hidden-state file present and of this verifier"
+    )
+    return (
+        f"data: {data['data_path']} as training checks it: {states} "
+        f"(aux layers {data['aux_layers']})"
+    )
+
+
 def _value_lines(values: list[dict[str, Any]]) -> list[str]:
     """One line per tensor ``--check-values`` read."""
     lines = ["tensor values (NaN/inf):"]
@@ -207,6 +222,8 @@ def render(report: Report) -> str:
         lines.append(_memory_line(report.memory))
     if report.serving:
         lines.append(_serving_line(report.serving))
+    if report.data:
+        lines.append(_data_line(report.data))
     if report.values is not None:
         lines.extend(_value_lines(report.values))
     if report.shards is not None:

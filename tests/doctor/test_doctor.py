@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from helpers import parameter_counts
+from helpers import doctor_report, parameter_counts
 
 torch = pytest.importorskip("torch")
 if TYPE_CHECKING:
@@ -68,14 +68,9 @@ def gemma3_text(path: Path) -> Path:
     )
 
 
-def _doctor(capsys, *argv: str) -> tuple[int, dict]:
-    code = cli.main(["doctor", *argv, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
 def test_healthy_kimi_hub_report(tmp_path, capsys):
     path = kimi_hub(tmp_path / "kimi")
-    code, report = _doctor(capsys, str(path))
+    code, report = doctor_report(capsys, str(path))
     assert code == 0, report["problems"]
     assert report["ok"]
     assert report["text_config"]["found_at"] == "text_config"
@@ -120,8 +115,8 @@ def _mla_layer_params(c: dict, num_aux: int = 3) -> int:
 def test_mla_draft_config_and_estimate(tmp_path, capsys):
     path = kimi_hub(tmp_path / "kimi")
     text = json.loads((path / "config.json").read_text())["text_config"]
-    code, llama = _doctor(capsys, str(path))
-    code_mla, mla = _doctor(capsys, str(path), "--draft-arch", "deepseek_v3")
+    code, llama = doctor_report(capsys, str(path))
+    code_mla, mla = doctor_report(capsys, str(path), "--draft-arch", "deepseek_v3")
     assert code == code_mla == 0, mla["problems"]
     draft = mla["draft_config"]
     assert draft["model_type"] == "deepseek_v3"
@@ -160,7 +155,7 @@ def test_hybrid_nemotron_h_is_noted_not_a_problem(tmp_path, capsys):
     from speculators_kimi.tiny_verifier import nemotron_h
 
     path = nemotron_h(tmp_path / "nemotron_h").path
-    code, report = _doctor(capsys, str(path))
+    code, report = doctor_report(capsys, str(path))
     assert code == 0, report["problems"]
     assert report["text_config"]["hybrid"] is True
     assert report["weights"]["prefix"] == "backbone"
@@ -173,7 +168,7 @@ def test_hybrid_nemotron_h_is_noted_not_a_problem(tmp_path, capsys):
 
 
 def test_tied_gemma(tmp_path, capsys):
-    code, report = _doctor(capsys, str(gemma3_text(tmp_path / "gemma")))
+    code, report = doctor_report(capsys, str(gemma3_text(tmp_path / "gemma")))
     assert code == 0, report["problems"]
     assert report["weights"]["tied"] is True
     assert report["weights"]["norm_kind"] == "gemma_rms"
@@ -193,7 +188,7 @@ def test_tied_gemma(tmp_path, capsys):
 def test_missing_shard_is_a_problem(tmp_path, capsys):
     path = kimi_hub(tmp_path / "kimi")
     (path / "model-00003-of-00003.safetensors").unlink()
-    code, report = _doctor(capsys, str(path))
+    code, report = doctor_report(capsys, str(path))
     assert code == 1
     (problem,) = report["problems"]
     assert "model-00003-of-00003" in problem["problem"]
@@ -211,7 +206,7 @@ def test_every_shard_of_the_index_is_checked(tmp_path, capsys, damage):
     else:
         shard.write_bytes(shard.read_bytes()[:-16])
     before = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
-    code, report = _doctor(capsys, str(path), "--check-values")
+    code, report = doctor_report(capsys, str(path), "--check-values")
     assert code == 1
     (problem,) = report["problems"]
     state = "missing" if damage == "missing" else "truncated ("
@@ -235,7 +230,7 @@ def test_a_torn_single_file_checkpoint_is_one_problem(tmp_path, capsys):
     write_checkpoint(path, tensors)  # one model.safetensors, no index
     weights = path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    code, report = _doctor(capsys, str(path))
+    code, report = doctor_report(capsys, str(path))
     assert code == 1
     (problem,) = report["problems"]
     assert str(weights) in problem["problem"]
@@ -246,10 +241,10 @@ def test_a_verifier_without_its_tokenizer_files_is_a_problem(tmp_path, capsys):
     path = gemma3_text(tmp_path / "gemma")
     (path / "tokenizer_config.json").write_text("{}")
     (path / "tokenizer.json").write_text("{}")
-    code, report = _doctor(capsys, str(path))
+    code, report = doctor_report(capsys, str(path))
     assert code == 0, report["problems"]
     (path / "tokenizer.json").unlink()  # copied in part
-    code, report = _doctor(capsys, str(path))
+    code, report = doctor_report(capsys, str(path))
     assert code == 1
     (problem,) = report["problems"]
     assert (
@@ -259,7 +254,7 @@ def test_a_verifier_without_its_tokenizer_files_is_a_problem(tmp_path, capsys):
 
 def test_a_local_path_that_does_not_exist_is_named(tmp_path, capsys):
     missing = tmp_path / "no" / "such"
-    code, report = _doctor(capsys, str(missing))
+    code, report = doctor_report(capsys, str(missing))
     assert code == 1
     (problem,) = report["problems"]
     assert f"{missing}: the local path does not exist" in problem["problem"]
@@ -272,13 +267,13 @@ def test_ambiguous_head_names_override(tmp_path, capsys):
         "language_model.output.weight": torch.randn(VOCAB, HIDDEN),
     }
     path = kimi_hub(tmp_path / "kimi", head=head)
-    code, report = _doctor(capsys, str(path))
+    code, report = doctor_report(capsys, str(path))
     assert code == 1
     text = report["problems"][0]["problem"]
     assert "language_model.lm_head.weight" in text
     assert "language_model.output.weight" in text
     assert "--verifier-head-key" in text
-    code, report = _doctor(
+    code, report = doctor_report(
         capsys, str(path), "--verifier-head-key", "language_model.lm_head.weight"
     )
     assert code == 0, report["problems"]
@@ -290,14 +285,14 @@ def test_packed_head_is_a_problem(tmp_path, capsys):
             VOCAB, HIDDEN // 8, dtype=torch.int32
         )
     }
-    code, report = _doctor(capsys, str(kimi_hub(tmp_path / "kimi", head=head)))
+    code, report = doctor_report(capsys, str(kimi_hub(tmp_path / "kimi", head=head)))
     assert code == 1
     assert "packed" in report["problems"][0]["problem"]
     assert "unquantized" in report["problems"][0]["fix"]
 
 
 def test_not_a_checkpoint(tmp_path, capsys):
-    code, report = _doctor(capsys, str(tmp_path / "nothing-here"))
+    code, report = doctor_report(capsys, str(tmp_path / "nothing-here"))
     assert code == 1
     assert report["problems"]
 
@@ -310,7 +305,7 @@ def test_pytorch_bin_weights_name_safetensors_as_the_fix(tmp_path, capsys):
     (verifier / "model.safetensors.index.json").unlink()
     (shard,) = verifier.glob("*.safetensors")
     shard.rename(verifier / "pytorch_model.bin")
-    code, report = _doctor(capsys, str(verifier))
+    code, report = doctor_report(capsys, str(verifier))
     assert code == 1
     (problem,) = report["problems"]
     assert problem["problem"].startswith("No safetensors weights in")
@@ -334,7 +329,7 @@ def _values(report: dict) -> dict[str, dict]:
 
 def test_check_values_nan_in_head(tmp_path, capsys):
     path = _nan_head(tmp_path / "kimi")
-    code, report = _doctor(capsys, str(path), "--check-values")
+    code, report = doctor_report(capsys, str(path), "--check-values")
     assert code == 1
     assert not report["ok"]
     values = _values(report)
@@ -379,7 +374,7 @@ def test_check_values_inf_in_norm(tmp_path, capsys):
     norm = torch.ones(HIDDEN)
     norm[5] = float("-inf")
     path = kimi_hub(tmp_path / "kimi", norm=norm)
-    code, report = _doctor(capsys, str(path), "--check-values")
+    code, report = doctor_report(capsys, str(path), "--check-values")
     assert code == 1
     values = _values(report)
     assert (values[NORM_KEY]["nan"], values[NORM_KEY]["inf"]) == (0, 1)
@@ -390,7 +385,9 @@ def test_check_values_inf_in_norm(tmp_path, capsys):
 
 
 def test_check_values_clean(tmp_path, capsys):
-    code, report = _doctor(capsys, str(kimi_hub(tmp_path / "kimi")), "--check-values")
+    code, report = doctor_report(
+        capsys, str(kimi_hub(tmp_path / "kimi")), "--check-values"
+    )
     assert code == 0, report["problems"]
     assert report["ok"]
     assert [record["role"] for record in report["value_check"]] == [
@@ -403,7 +400,7 @@ def test_check_values_clean(tmp_path, capsys):
 
 def test_check_values_tied_embedding_read_once(tmp_path, capsys):
     path = gemma3_text(tmp_path / "gemma")
-    code, report = _doctor(capsys, str(path), "--check-values")
+    code, report = doctor_report(capsys, str(path), "--check-values")
     assert code == 0, report["problems"]
     roles = [record["role"] for record in report["value_check"]]
     assert roles == ["embedding (tied head)", "final norm"]
@@ -441,7 +438,7 @@ def test_count_nonfinite_in_chunks(tmp_path, dtype):
 def test_without_check_values_nan_is_not_read(tmp_path, capsys):
     # Unchanged contract: without the flag no tensor data is read, so a NaN head
     # is no problem for doctor (training would reject it).
-    code, report = _doctor(capsys, str(_nan_head(tmp_path / "kimi")))
+    code, report = doctor_report(capsys, str(_nan_head(tmp_path / "kimi")))
     assert code == 0, report["problems"]
     assert report["ok"]
     assert report["value_check"] is None
@@ -485,7 +482,7 @@ def test_parameter_counts_are_the_trained_models(kimi_tiny, capsys, arch, flags)
     from speculators.train.config import TrainConfig
 
     draft_vocab = 64
-    code, report = _doctor(
+    code, report = doctor_report(
         capsys,
         str(kimi_tiny),
         "--draft-arch",
@@ -532,7 +529,7 @@ def test_draft_config_is_the_one_train_builds(tmp_path, capsys):
     from speculators_kimi.tiny_verifier.dense import falcon
 
     for verifier in (gemma3_text(tmp_path / "gemma"), falcon(tmp_path / "falcon").path):
-        code, report = _doctor(capsys, str(verifier))
+        code, report = doctor_report(capsys, str(verifier))
         assert code == 0, report["problems"]
         argv = ["--verifier-name-or-path", str(verifier), "--data-path", "unused"]
         args = argparse.Namespace(**TrainConfig.resolve(argv).flatten())
@@ -557,7 +554,7 @@ def test_a_decoder_transformers_cannot_build_is_a_problem(tmp_path, capsys):
     config["model_type"] = "my_custom_lm"
     config["auto_map"] = {"AutoConfig": "configuration_my.MyConfig"}
     (verifier / "config.json").write_text(json.dumps(config))
-    code, report = _doctor(capsys, str(verifier))
+    code, report = doctor_report(capsys, str(verifier))
     assert code == 1
     (problem,) = report["problems"]
     assert "cannot load its text decoder" in problem["problem"]
@@ -598,7 +595,7 @@ def test_a_config_the_draft_cannot_copy_names_the_draft_config_flag(
     Mamba before any work, in its own words (unit 0025), Bloom as its draft is
     built (unit 0043)."""
     build(tmp_path / "verifier")
-    code, report = _doctor(capsys, str(tmp_path / "verifier"))
+    code, report = doctor_report(capsys, str(tmp_path / "verifier"))
     assert code == 1
     (problem,) = report["problems"]
     assert said in problem["problem"]
@@ -617,7 +614,7 @@ def test_a_verifier_with_altup_streams_cannot_be_fixed_by_a_flag(tmp_path, capsy
         layer_types=["sliding_attention"] * 3 + ["full_attention"],
         num_kv_shared_layers=0,
     ).save_pretrained(tmp_path / "gemma3n")
-    code, report = _doctor(capsys, str(tmp_path / "gemma3n"))
+    code, report = doctor_report(capsys, str(tmp_path / "gemma3n"))
     assert code == 1
     (problem,) = [p for p in report["problems"] if "AltUp" in p["problem"]]
     assert "altup_num_inputs=4 AltUp streams" in problem["problem"]

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import parameter_counts
+from helpers import doctor_report, parameter_counts
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("speculators.train.speculator_checks")
@@ -35,13 +35,6 @@ def kimi_tiny(tmp_path_factory) -> Path:
     from speculators_kimi.tiny_verifier import build_kimi_tiny
 
     return build_kimi_tiny(tmp_path_factory.mktemp("kimi") / "verifier")
-
-
-def _doctor(capsys, *argv: str) -> tuple[int, dict]:
-    """doctor's JSON report; ``--json`` goes before ``--`` (after it: train's)."""
-    at = argv.index("--") if "--" in argv else len(argv)
-    code = cli.main(["doctor", *argv[:at], "--json", *argv[at:]])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def _trained(verifier: Path, flags: list[str], out: Path):
@@ -70,7 +63,7 @@ def test_the_plan_is_the_draft_train_builds_and_export_serves(
     ``--``) and of what `export` then writes."""
     from speculators_kimi.export import export_draft
 
-    code, report = _doctor(
+    code, report = doctor_report(
         capsys, str(kimi_tiny), *SERVED[case], "--", "--block-size", str(BLOCK)
     )
     assert code == 0, report["problems"]
@@ -142,7 +135,7 @@ def test_what_vllm_cannot_serve_or_train_refuses_is_one_problem(
     kimi_tiny, capsys, case
 ):
     flags, said = REFUSED[case]
-    code, report = _doctor(capsys, str(kimi_tiny), *flags)
+    code, report = doctor_report(capsys, str(kimi_tiny), *flags)
     assert code == 1
     (problem,) = report["problems"]
     for words in said:
@@ -151,7 +144,7 @@ def test_what_vllm_cannot_serve_or_train_refuses_is_one_problem(
 
 
 def test_a_flag_of_another_algorithm_is_noted_as_train_ignores_it(kimi_tiny, capsys):
-    code, report = _doctor(capsys, str(kimi_tiny), "--", "--markov-rank", "8")
+    code, report = doctor_report(capsys, str(kimi_tiny), "--", "--markov-rank", "8")
     assert code == 0, report["problems"]
     (note,) = report["training"]["notes"]
     assert "--markov-rank" in note and "ignored" in note
@@ -176,7 +169,7 @@ def test_a_copy_without_its_tokenizer_is_planned_with_a_note(
     copy.mkdir()
     for name in ("config.json", "model.safetensors"):
         shutil.copy(kimi_tiny / name, copy / name)
-    code, report = _doctor(capsys, str(copy), "--speculator-type", "dspark")
+    code, report = doctor_report(capsys, str(copy), "--speculator-type", "dspark")
     assert code == 0, report["problems"]
     (note,) = report["training"]["notes"]
     assert "mask token is not resolved here" in note

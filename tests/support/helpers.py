@@ -279,3 +279,13 @@ def parameter_counts(model: Any) -> dict[str, int]:
             param.numel()
         )
     return counts
+
+
+def doctor_report(capsys: Any, *argv: str) -> tuple[int, dict]:
+    """``speculators-kimi doctor ARGV --json`` in process: its exit code and its
+    report. ``--json`` goes before a ``--`` (what follows it is train's)."""
+    from speculators_kimi import cli
+
+    at = argv.index("--") if "--" in argv else len(argv)
+    code = cli.main(["doctor", *argv[:at], "--json", *argv[at:]])
+    return code, json.loads(capsys.readouterr().out)
