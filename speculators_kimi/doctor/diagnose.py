@@ -137,14 +137,12 @@ def _cannot_build(err: Exception) -> Problem:
     )
 
 
-def _training_plan(
-    verifier: str,
-    text_config: Any,
-    options: DoctorOptions,
-    report: Report,
-) -> None:
-    """The flags as training resolves them, what it refuses before any work,
-    the draft it would build, its memory estimate and how vLLM serves it."""
+def _resolved_flags(
+    verifier: str, text_config: Any, options: DoctorOptions, report: Report
+) -> tuple[Any, int] | None:
+    """The flags as training resolves them and its draft vocabulary, once
+    nothing training refuses before any work is found (else ``None``, and the
+    problem reported)."""
     from speculators.train.config.resolution import ConfigError
 
     try:
@@ -161,7 +159,7 @@ def _training_plan(
                 "Fix the flags (those after -- go to train's parser as given).",
             )
         )
-        return
+        return None
     draft_vocab = draft_vocab_of(cfg, int(text_config.vocab_size))
     report.training = {
         "speculator_type": cfg.speculator_type,
@@ -176,18 +174,36 @@ def _training_plan(
                 "Choose a draft vocabulary no larger than the verifier's.",
             )
         )
-        return
+        return None
     refusal = training_refusal(cfg) or prepared_data_refusal(cfg)
     if refusal is not None:
         report.problems.append(refusal)
-        return
+        return None
     try:
         report.target_layer_ids = _target_layer_ids(verifier, cfg, options)
     except ValueError as err:
         report.problems.append(
             Problem(str(err), "Pass --target-layer-ids to training explicitly.")
         )
+        return None
+    return cfg, draft_vocab
+
+
+def _training_plan(
+    verifier: str,
+    text_config: Any,
+    options: DoctorOptions,
+    report: Report,
+) -> None:
+    """The flags as training resolves them, what it refuses before any work,
+    the draft it would build, its memory estimate, how vLLM serves it and the
+    data it would train on."""
+    from speculators.train.config.resolution import ConfigError
+
+    resolved = _resolved_flags(verifier, text_config, options, report)
+    if resolved is None:
         return
+    cfg, draft_vocab = resolved
     try:
         planned, unresolved = planned_draft(
             cfg,
@@ -198,8 +214,8 @@ def _training_plan(
         chosen = draft_section(
             cfg, planned, report, draft_vocab=draft_vocab, mask_known=not unresolved
         )
-        if unresolved is not None:
-            notes.append(unresolved)
+        if unresolved is not None and report.training is not None:
+            report.training["notes"].append(unresolved)
     except (AttributeError, ConfigError) as err:
         report.problems.append(_cannot_build(err))
         return

@@ -84,6 +84,7 @@ def train_config(
         unknown flag or a bad value).
     """
     from speculators.train.config import TrainConfig
+    from speculators.train.config.resolution import ConfigError
 
     argv = ["--verifier-name-or-path", verifier, "--data-path", UNUSED_DATA]
     argv += ["--speculator-type", choices.speculator_type]
@@ -103,8 +104,6 @@ def train_config(
         argv += ["--draft-vocab-size", str(draft_vocab_size)]
     if trust_remote_code:
         argv.append("--trust-remote-code")
-    from speculators.train.config.resolution import ConfigError
-
     said = io.StringIO()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -169,14 +168,16 @@ def planned_draft(
     args = argparse.Namespace(**cfg.flatten())
     unresolved = None
     with quiet_libraries():
-        if args.mask_token_id is None and not read_tokenizer:
+        if args.mask_token_id is not None or cfg.speculator_type == "mtp":
+            pass  # given, or none (MTP's draft has no mask token)
+        elif not read_tokenizer:
             args.mask_token_id = _UNRESOLVED_MASK
             unresolved = (
                 "the mask token is not resolved here (doctor downloads no "
                 "tokenizer); training takes it from the verifier's tokenizer, or "
                 "--mask-token-id"
             )
-        elif args.mask_token_id is None and cfg.speculator_type != "mtp":
+        else:
             try:
                 args.mask_token_id = resolve_mask_token_id(
                     args.verifier_name_or_path,

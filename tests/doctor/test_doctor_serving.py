@@ -175,3 +175,12 @@ def test_a_copy_without_its_tokenizer_is_planned_with_a_note(
     assert "mask token is not resolved here" in note
     assert report["draft_config"]["mask_token_id"] is None
     assert report["serving"]["method"] == "dspark"
+
+
+def test_a_flag_after_dashes_wins_over_doctors_own(kimi_tiny, capsys):
+    """As in train, where a flag is given twice the later one counts."""
+    code, report = doctor_report(
+        capsys, str(kimi_tiny), "--draft-arch", "llama", "--", "--draft-arch", "qwen3"
+    )
+    assert code == 0, report["problems"]
+    assert report["draft_config"]["model_type"] == "qwen3"
