@@ -100,6 +100,18 @@ class Outcome:
     detail: str = ""
 
 
+#: Fields a config's defaults leave unset though its model needs them, set as
+#: the released checkpoints set them (at the tiny layer count): LFM2-MoE's
+#: ``layer_types`` (LiquidAI/LFM2-8B-A1B mixes short-conv and attention layers)
+#: and its leading dense layers.
+UNSET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "lfm2_moe": {
+        "layer_types": ["conv", "full_attention", "conv"],
+        "num_dense_layers": 1,
+    },
+}
+
+
 def tiny_config(model_type: str, config_class: type | None = None) -> Any:
     """``config_class``'s config (by default the model type's) built with the
     :data:`TINY` sizes it takes, so that its own ``__post_init__`` derives the rest
@@ -128,6 +140,7 @@ def tiny_config(model_type: str, config_class: type | None = None) -> Any:
             and _has_field(text, name)
         ):  # the first layers and the last (often the one of its kind)
             sizes[name] = current[: layers - 1] + current[-1:]
+    sizes.update(UNSET_DEFAULTS.get(model_type, {}))
     build = type(probe)
     if text is probe:
         return _built(build, sizes, lambda: build(**sizes))
