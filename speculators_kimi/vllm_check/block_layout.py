@@ -228,7 +228,7 @@ def _load(draft, config, request: CheckRequest, ours, rows: BlockRows) -> dict: 
     the embedding and (full vocabulary) head the verifier's where vLLM's own
     ``_should_share`` says its loader shares them, else the export's. vLLM's
     draft embeds through the block's rows (:class:`BlockRows`): the verifier's,
-    or the export's own."""
+    or the export's own (``_should_share`` compares the two on those rows)."""
     import types
 
     import torch
