@@ -103,11 +103,22 @@ class Outcome:
 #: Fields a config's defaults leave unset though its model needs them, set as
 #: the released checkpoints set them (at the tiny layer count): LFM2-MoE's
 #: ``layer_types`` (LiquidAI/LFM2-8B-A1B mixes short-conv and attention layers)
-#: and its leading dense layers.
+#: and its leading dense layers; Cohere Compass's rotary parameters, one entry
+#: per layer type (its default is none), its multimodal sections cut to the
+#: tiny head (8 rotary pairs).
 UNSET_DEFAULTS: dict[str, dict[str, Any]] = {
     "lfm2_moe": {
         "layer_types": ["conv", "full_attention", "conv"],
         "num_dense_layers": 1,
+    },
+    "cohere_compass_text": {
+        "rope_parameters": {
+            "full_attention": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [3, 3, 2],
+            }
+        },
     },
 }
 

@@ -6,8 +6,9 @@ import verifier_sweep
 #: Phi's head has a bias and its final norm is a LayerNorm (units 0041, 0042);
 #: DeepSeek-V3 is Kimi-K2.5's MLA text model; Gemma-4's is a multimodal wrapper;
 #: LFM2-MoE's config leaves its layer types unset (``UNSET_DEFAULTS``) and its
-#: final norm has its own name (unit 0046).
-SWEPT = ["llama", "phi", "deepseek_v3", "gemma4", "lfm2_moe"]
+#: final norm has its own name (unit 0046); Cohere Compass's leaves its rotary
+#: parameters unset, and it scales its logits (unit 0037), as vLLM's class does.
+SWEPT = ["llama", "phi", "deepseek_v3", "gemma4", "lfm2_moe", "cohere_compass_text"]
 
 
 def test_the_sweep_builds_and_passes_each_kind(capsys):
