@@ -79,6 +79,7 @@ def test_the_plan_is_the_draft_train_builds_and_export_serves(
     assert report["training"]["train_flags"] == ["--block-size", str(BLOCK)]
 
     result = export_draft(tmp_path / "draft", tmp_path / "export", verifier_id=HUB_ID)
+    assert result.causality is not None  # a block drafter's
     assert report["serving"] == {
         "method": result.method,
         "layout": result.layout,
