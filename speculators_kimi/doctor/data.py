@@ -16,12 +16,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .draft import UNUSED_DATA, aux_layers
 from .report import Problem, Report
 
-__all__ = ["UNUSED_DATA", "hidden_states_section", "prepared_data_refusal"]
-
-#: The data path doctor gives training's parser when the user names none.
-UNUSED_DATA = "unused"
+__all__ = ["hidden_states_section", "prepared_data_refusal"]
 
 
 def _problem(err: Exception) -> Problem:
@@ -53,15 +51,6 @@ def prepared_data_refusal(cfg: Any) -> Problem | None:
     return None
 
 
-def _aux_layers(planned: Any) -> list[int] | None:
-    """The verifier layers the planned draft reads (``None``: MTP's last layer)."""
-    for name in ("eagle_aux_hidden_state_layer_ids", "aux_hidden_state_layer_ids"):
-        ids = getattr(planned, name, None)
-        if ids:
-            return [int(i) for i in ids]
-    return None
-
-
 def hidden_states_section(cfg: Any, planned: Any, report: Report) -> None:
     """Training's check of the hidden states for the planned draft (its
     backend built from the same flags), or nothing without a data path."""
@@ -73,7 +62,7 @@ def hidden_states_section(cfg: Any, planned: Any, report: Report) -> None:
     args = argparse.Namespace(**cfg.flatten())
     backend = (HiddenStatesBackend.registry or {})[args.hidden_states_backend]
     transfer = backend.from_train_args(args, args.data_path)
-    aux = _aux_layers(planned)
+    aux = aux_layers(planned)
     try:
         generates = check_training_hidden_states(
             cfg,

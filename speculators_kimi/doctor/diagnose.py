@@ -23,12 +23,13 @@ from .checkpoint import (
 from .data import hidden_states_section, prepared_data_refusal
 from .draft import (
     DraftChoices,
+    aux_layers,
     draft_section,
     draft_vocab_of,
     planned_draft,
     train_config,
 )
-from .memory import estimate_block_memory, estimate_memory
+from .memory import estimate_block_memory, estimate_memory, planned_params
 from .report import Problem, Report
 from .serving import serving_section, training_refusal
 from .tokenizer import tokenizer_section
@@ -268,9 +269,10 @@ def _memory(
             planned.transformer_layer_config,
             draft_vocab=draft_vocab,
             options=chosen,
-            num_aux=len(planned.eagle_aux_hidden_state_layer_ids),
+            num_aux=len(aux_layers(planned) or ()),
             seq_len=int(flat["total_seq_len"]),
             ttt_steps=int(flat["ttt_steps"]),
+            params=planned_params(planned),
         )
     if cfg.speculator_type in BLOCK_ALGORITHMS:
         return estimate_block_memory(

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from ..quiet import quiet_libraries
-from .data import UNUSED_DATA
 from .report import DECODER_FIELDS, Report
 
 __all__ = [
     "BLOCK_FIELDS",
     "DRAFT_FIELDS",
+    "UNUSED_DATA",
     "DraftChoices",
+    "aux_layers",
     "draft_options",
     "draft_section",
     "draft_vocab_of",
@@ -40,6 +41,8 @@ DRAFT_FIELDS = (
     "rms_norm_eps",
     "max_position_embeddings",
 )
+#: The data path given to training's parser when the user names none.
+UNUSED_DATA = "unused"
 #: A block drafter's fields the report shows beside them.
 BLOCK_FIELDS = ("block_size", "mask_token_id", "sample_from_anchor")
 
@@ -199,6 +202,17 @@ def planned_draft(
         f"speculators train built a {cfg.speculator_type} draft without calling "
         "its constructor"
     )
+
+
+def aux_layers(planned: Any) -> list[int] | None:
+    """The verifier layers the draft of speculator config ``planned`` reads
+    (its model's ``target_layer_ids``: EAGLE-3's and the DFlash family's field);
+    ``None`` for MTP, which reads the last layer."""
+    for name in ("eagle_aux_hidden_state_layer_ids", "aux_hidden_state_layer_ids"):
+        ids = getattr(planned, name, None)
+        if ids:
+            return [int(i) for i in ids]
+    return None
 
 
 def draft_section(

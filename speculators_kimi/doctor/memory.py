@@ -87,6 +87,7 @@ def estimate_memory(
     seq_len: int = DEFAULT_SEQ_LEN,
     ttt_steps: int = DEFAULT_TTT_STEPS,
     num_aux: int = 3,
+    params: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Rough EAGLE-3 training memory (fp32 weights, AdamW), in GiB.
 
@@ -96,13 +97,15 @@ def estimate_memory(
     :param seq_len: tokens per step (one packed sequence).
     :param ttt_steps: test-time-training steps.
     :param num_aux: auxiliary hidden states fed to the draft.
+    :param params: (trainable, frozen) when already counted (doctor counts the
+        planned draft: :func:`planned_params`); else counted here.
     :returns: the parts and the total.
     """
     hidden = int(draft.hidden_size)
     inter = int(draft.intermediate_size)
     layers = int(draft.num_hidden_layers)
     # The whole draft, counted exactly from its own classes (on the meta device).
-    trainable, frozen = draft_params(
+    trainable, frozen = params or draft_params(
         draft, draft_vocab=draft_vocab, num_aux=num_aux, options=options
     )
     inputs = seq_len * (num_aux + 1) * hidden * 2
@@ -133,7 +136,7 @@ def estimate_block_memory(
     layers = int(draft.num_hidden_layers)
     block = int(planned.block_size)
     queries = min(max_anchors, seq_len) * block
-    num_aux = len(planned.aux_hidden_state_layer_ids or [0, 1, 2])
+    num_aux = len(planned.aux_hidden_state_layer_ids)
     inputs = seq_len * (num_aux + 1) * hidden * 2
     logits = queries * draft_vocab * FP32 * 3
     width = _attention_width(draft)
