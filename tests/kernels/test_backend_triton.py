@@ -134,6 +134,37 @@ def test_custom_mask_mods_are_refused(triton_backend):
         triton_backend.mask_from_mod(lambda b, h, q, kv: q >= kv, 4, 4, "cpu")
 
 
+@pytest.mark.parametrize("speculator_type", ["dflash", "peagle"])
+def test_speculators_train_refuses_other_drafts_before_any_work(
+    triton_backend, tmp_path, monkeypatch, capsys, speculator_type
+):
+    """The block drafters and P-EAGLE build masks the kernels cannot read: they
+    failed at the first forward (a TypeError, or P-EAGLE's NotImplementedError)
+    after the verifier's weights had loaded; now one line (unit 0025's check)."""
+    from datasets import Dataset
+    from helpers import console_in_process
+
+    from speculators_kimi.tiny_verifier import TinyVerifierSpec, llama
+
+    verifier = llama(TinyVerifierSpec(), tmp_path / "verifier").path
+    data, save = tmp_path / "data", tmp_path / "run"
+    rows = {"input_ids": [[1, 2, 3]], "loss_mask": [[0, 1, 1]], "seq_len": [3]}
+    Dataset.from_dict(rows).save_to_disk(str(data))
+    argv = ["speculators", "train", "--verifier-name-or-path", verifier]
+    argv += ["--data-path", data, "--save-path", save]
+    argv += ["--speculator-type", speculator_type, "--draft-attn-impl", "triton"]
+    code, err = console_in_process(argv, monkeypatch, capsys)
+    assert code == 1, err[-3000:]
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        f"error: ConfigError: --draft-attn-impl triton cannot train "
+        f"--speculator-type {speculator_type}: its backend builds only EAGLE-3's "
+        "masks, and this draft's masks come from mask_mod functions (a backend's "
+        "mask_from_mod); use one of --draft-attn-impl simple_flex_attention, sdpa, "
+        "eager, or train --speculator-type eagle3."
+    ], err[-3000:]
+    assert not save.exists()
+
+
 def test_mla_draft_train_step_matches_sdpa(triton_backend):
     """Loss and every gradient of an MLA draft over 3 TTT steps, ``triton`` vs
     ``sdpa``: the kernels take q/k heads wider than v heads and the layer's
