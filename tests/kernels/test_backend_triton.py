@@ -150,8 +150,8 @@ def test_speculators_train_refuses_other_drafts_before_any_work(
     data, save = tmp_path / "data", tmp_path / "run"
     rows = {"input_ids": [[1, 2, 3]], "loss_mask": [[0, 1, 1]], "seq_len": [3]}
     Dataset.from_dict(rows).save_to_disk(str(data))
-    argv = ["speculators", "train", "--verifier-name-or-path", verifier]
-    argv += ["--data-path", data, "--save-path", save]
+    argv = ["speculators", "train", "--verifier-name-or-path", str(verifier)]
+    argv += ["--data-path", str(data), "--save-path", str(save)]
     argv += ["--speculator-type", speculator_type, "--draft-attn-impl", "triton"]
     code, err = console_in_process(argv, monkeypatch, capsys)
     assert code == 1, err[-3000:]
