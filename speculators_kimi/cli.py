@@ -33,13 +33,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "evaluate": (
         "speculators_kimi.evaluate.cli",
-        "acceptance length of a trained EAGLE-3 or block (DFlash, DFlash2, DSpark) "
-        "draft (speculative decoding with transformers, CPU or one GPU)",
+        "acceptance length of a trained EAGLE-3 or block (DFlash, DFlash2, DSpark, "
+        "XPress) draft (speculative decoding with transformers, CPU or one GPU)",
     ),
     "export": (
         "speculators_kimi.export.cli",
-        "write a trained EAGLE-3, DFlash, DFlash2 or DSpark checkpoint as a directory "
-        "vLLM serves as is",
+        "write a trained EAGLE-3, DFlash, DFlash2, DSpark or XPress checkpoint as a "
+        "directory vLLM serves as is",
     ),
     "vllm-check": (
         "speculators_kimi.vllm_check.cli",

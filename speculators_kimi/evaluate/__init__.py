@@ -1,5 +1,5 @@
 """Acceptance length of a draft with ``transformers`` (CPU or one GPU): EAGLE-3,
-and the block drafters DFlash, DFlash2 and DSpark.
+and the block drafters DFlash, DFlash2, DSpark and XPress.
 
 ``speculators-kimi evaluate --draft CKPT --verifier V --data D`` runs speculative
 decoding as vLLM does it and reports what users judge a draft by: tokens per

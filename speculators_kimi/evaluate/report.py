@@ -136,8 +136,8 @@ def evaluate_draft(
     progress: bool = True,
 ) -> EvaluationReport:
     """Speculative decoding of every prompt with ``draft`` (an EAGLE-3, DFlash,
-    DFlash2 or DSpark ``SpeculatorModel``), checked (greedy) against the verifier's own
-    decoding.
+    DFlash2, DSpark or XPress ``SpeculatorModel``), checked (greedy) against the
+    verifier's own decoding.
 
     :raises ValueError: ``num_speculative_tokens`` < 1 or ``max_new_tokens`` < 1.
     """

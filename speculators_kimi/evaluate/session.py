@@ -43,7 +43,7 @@ def load_draft(
     dtype: torch.dtype | None = torch.float32,
     verifier: str | Path | None = None,
 ) -> Any:
-    """A draft (EAGLE-3, DFlash, DFlash2, DSpark) as ``speculators train`` saved it.
+    """A draft (EAGLE-3 or a block drafter) as ``speculators train`` saved it.
 
     :param dtype: what to cast it to; ``None`` keeps the stored dtype, and the
         tensors stay mapped from the file (no anonymous copy of a 4 GB draft).
