@@ -168,14 +168,16 @@ def _template_kwargs(text: str | None) -> dict[str, Any] | None:
         raise CommandError(err.format_message()) from None
 
 
-def _prompts(o: EvaluationOptions, checkpoint: Path) -> list[Prompt]:
-    """The prompts ``--data`` or ``--prompts`` names, the first ``--num-prompts``;
-    ``--data``'s held-out rows are those the run at ``checkpoint`` held out."""
+def _prompts(o: EvaluationOptions, checkpoint: Path) -> tuple[list[Prompt], list[str]]:
+    """The prompts ``--data`` or ``--prompts`` names, the first ``--num-prompts``,
+    and what to warn about them; ``--data``'s held-out rows are those the run at
+    ``checkpoint`` held out."""
     from speculators.train.data_checks import check_data_tokenizer
 
-    from .prompts import dataset_prompts, jsonl_prompts
+    from .prompts import context_shortfall, dataset_prompts, jsonl_prompts
     from .run_record import data_arg, run_config
 
+    warned: list[str] = []
     if o.data:
         local_directory(
             o.data, "--data", "the directory `speculators prepare-data` wrote"
@@ -186,29 +188,37 @@ def _prompts(o: EvaluationOptions, checkpoint: Path) -> list[Prompt]:
             found = run_config(checkpoint)
             ratio = float(data_arg(found[0] if found else {}, "train_data_ratio"))
             if found is None:
-                print(
-                    f"warning: no run.yaml in {checkpoint} or above it: holding out "
+                warned.append(
+                    f"no run.yaml in {checkpoint} or above it: holding out "
                     f"the last {1 - ratio:.0%} of --data (upstream's default); pass "
-                    "--train-data-ratio as the run trained with",
-                    file=sys.stderr,
+                    "--train-data-ratio as the run trained with"
                 )
         prompts = dataset_prompts(
             o.data,
             train_data_ratio=ratio,
             split=o.split,
             context_length=o.context_length,
-        )
-    else:
-        if o.context_length:
-            raise CommandError("--context-length builds prompts from --data")
-        assert o.prompts is not None  # the flags' group: --data or --prompts
-        prompts = jsonl_prompts(
-            o.prompts,
-            o.verifier,
-            trust_remote_code=o.trust_remote_code,
-            chat_template_kwargs=_template_kwargs(o.chat_template_kwargs),
-        )
-    return prompts[: o.num_prompts] if o.num_prompts else prompts
+        )[: o.num_prompts or None]
+        if o.context_length:  # what the held-out rows could not fill
+            short = context_shortfall(
+                o.data,
+                prompts,
+                context_length=o.context_length,
+                train_data_ratio=ratio,
+                split=o.split,
+            )
+            warned += [short] if short else []
+        return prompts, warned
+    if o.context_length:
+        raise CommandError("--context-length builds prompts from --data")
+    assert o.prompts is not None  # the flags' group: --data or --prompts
+    prompts = jsonl_prompts(
+        o.prompts,
+        o.verifier,
+        trust_remote_code=o.trust_remote_code,
+        chat_template_kwargs=_template_kwargs(o.chat_template_kwargs),
+    )
+    return prompts[: o.num_prompts or None], warned
 
 
 def _dataset(o: EvaluationOptions) -> str:
@@ -276,8 +286,8 @@ def _evaluate(o: EvaluationOptions) -> tuple[dict[str, Any], str]:
         o = replace(o, num_speculative_tokens=served_tokens(config))
     # before the warnings below and any tensor: a draft that cannot be decoded
     check_decodable(checkpoint, config, o.num_speculative_tokens)
-    prompts = _prompts(o, checkpoint)
-    warnings = length_warnings(
+    prompts, warnings = _prompts(o, checkpoint)
+    warnings += length_warnings(
         [len(p.token_ids) for p in prompts],
         o.max_new_tokens,
         draft_lengths(checkpoint),

@@ -7,12 +7,14 @@ and drafts that upstream's `speculators train` wrote.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import torch
+from datasets import load_from_disk
 from helpers import BIN, reordered_words, run, unread_flags
 from safetensors.torch import load_file, save_file
 from speculators.models.attention_backends import get_backend
@@ -523,6 +525,22 @@ def test_profile_context_buckets_and_the_epoch_to_ship(trained_demo, tmp_path, c
                       "--json", str(long)]) == 0  # fmt: skip
     err = capsys.readouterr().err
     assert f"past the {trained} tokens the draft was trained on" in err
+    # The demo's held-out rows hold fewer than 900 tokens: said, in the report too.
+    rows = load_from_disk(str(data)).with_format(None)
+    start = int(len(rows) * DemoSettings().train_data_ratio)
+    masks = [rows[i]["loss_mask"] for i in range(start, len(rows))]
+    prompted = [i for i, m in enumerate(masks, start) if m.index(1) > 0]
+    tokens = sum(len(rows[i]["input_ids"]) for i in prompted)
+    assert tokens < 900
+    longest = re.search(r"prompts of up to (\d+) tokens", err)
+    assert longest, err
+    said = (
+        f"--context-length 900: the 'val' split's {len(prompted)} conversations "
+        f"hold {tokens} tokens in all, so the longest prompt has {longest[1]}; "
+        "acceptance past that is not measured: use --split all"
+    )
+    assert f"warning: {said}" in err.splitlines(), err
+    assert said in json.loads(long.read_text())["warnings"]
     far = json.loads(long.read_text())["acceptance_by_context"]
     near = report["acceptance_by_context"]
     assert all(b["context_to"] <= 256 for b in near)
