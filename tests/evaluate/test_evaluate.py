@@ -529,7 +529,8 @@ def test_profile_context_buckets_and_the_epoch_to_ship(trained_demo, tmp_path, c
     rows = load_from_disk(str(data)).with_format(None)
     start = int(len(rows) * DemoSettings().train_data_ratio)
     masks = [rows[i]["loss_mask"] for i in range(start, len(rows))]
-    prompted = [i for i, m in enumerate(masks, start) if m.index(1) > 0]
+    firsts = [next((j for j, v in enumerate(m) if v), 0) for m in masks]
+    prompted = [i for i, first in enumerate(firsts, start) if first > 0]
     tokens = sum(len(rows[i]["input_ids"]) for i in prompted)
     assert tokens < 900
     longest = re.search(r"prompts of up to (\d+) tokens", err)
