@@ -174,7 +174,7 @@ def _prompts(o: EvaluationOptions, checkpoint: Path) -> tuple[list[Prompt], list
     ``checkpoint`` held out."""
     from speculators.train.data_checks import check_data_tokenizer
 
-    from .prompts import context_shortfall, dataset_prompts, jsonl_prompts
+    from .prompts import context_prompts, dataset_prompts, jsonl_prompts
     from .run_record import data_arg, run_config
 
     warned: list[str] = []
@@ -193,22 +193,17 @@ def _prompts(o: EvaluationOptions, checkpoint: Path) -> tuple[list[Prompt], list
                     f"the last {1 - ratio:.0%} of --data (upstream's default); pass "
                     "--train-data-ratio as the run trained with"
                 )
-        prompts = dataset_prompts(
+        if not o.context_length:
+            prompts = dataset_prompts(o.data, train_data_ratio=ratio, split=o.split)
+            return prompts[: o.num_prompts or None], warned
+        prompts, short = context_prompts(
             o.data,
+            context_length=o.context_length,
             train_data_ratio=ratio,
             split=o.split,
-            context_length=o.context_length,
-        )[: o.num_prompts or None]
-        if o.context_length:  # what the held-out rows could not fill
-            short = context_shortfall(
-                o.data,
-                prompts,
-                context_length=o.context_length,
-                train_data_ratio=ratio,
-                split=o.split,
-            )
-            warned += [short] if short else []
-        return prompts, warned
+            num_prompts=o.num_prompts,
+        )
+        return prompts, [*warned, *([short] if short else [])]
     if o.context_length:
         raise CommandError("--context-length builds prompts from --data")
     assert o.prompts is not None  # the flags' group: --data or --prompts

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import CommandError, MissingInputError
 
-__all__ = ["Prompt", "context_shortfall", "dataset_prompts", "jsonl_prompts"]
+__all__ = ["Prompt", "context_prompts", "dataset_prompts", "jsonl_prompts"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,40 @@ def dataset_prompts(
     :raises DataCheckError: ``data_path`` is not a prepare-data dataset.
     """
     rows = _split_rows(data_path, train_data_ratio, split)
+    return _row_prompts(data_path, rows, context_length)
+
+
+def context_prompts(
+    data_path: str | Path,
+    *,
+    context_length: int,
+    train_data_ratio: float = 0.9,
+    split: str = "val",
+    num_prompts: int | None = None,
+) -> tuple[list[Prompt], str | None]:
+    """The first ``num_prompts`` of :func:`dataset_prompts` with ``context_length``,
+    and why they stop short of it: the split's conversations hold fewer tokens in
+    all (``None`` when they hold enough: a prompt then falls short by less than
+    the whole conversation that did not fit)."""
+    rows = _split_rows(data_path, train_data_ratio, split)
+    prompts = _row_prompts(data_path, rows, context_length)[: num_prompts or None]
+    available = sum(len(ids) for _, ids, _ in rows)
+    if available >= context_length:
+        return prompts, None
+    longest = max((len(p.token_ids) for p in prompts), default=0)
+    more = "data with more conversations" if split == "all" else "--split all"
+    return prompts, (
+        f"--context-length {context_length}: the {split!r} split's {len(rows)} "
+        f"conversations hold {available} tokens in all, so the longest prompt has "
+        f"{longest}; acceptance past that is not measured: use {more}"
+    )
+
+
+def _row_prompts(
+    data_path: str | Path,
+    rows: list[tuple[int, list[int], int]],
+    context_length: int | None,
+) -> list[Prompt]:
     prompts = []
     for n, (i, ids, first) in enumerate(rows):
         prompt = ids[:first]
@@ -89,31 +123,6 @@ def dataset_prompts(
                 prompt = earlier + prompt
         prompts.append(Prompt(prompt, f"{data_path}[{i}]"))
     return prompts
-
-
-def context_shortfall(
-    data_path: str | Path,
-    prompts: list[Prompt],
-    *,
-    context_length: int,
-    train_data_ratio: float = 0.9,
-    split: str = "val",
-) -> str | None:
-    """Why ``prompts`` (of :func:`dataset_prompts` with ``context_length``) stop
-    short of it: the split's conversations hold fewer tokens in all; ``None``
-    when they hold enough (a prompt then falls short by less than the whole
-    conversation that did not fit)."""
-    rows = _split_rows(data_path, train_data_ratio, split)
-    available = sum(len(ids) for _, ids, _ in rows)
-    if available >= context_length:
-        return None
-    longest = max((len(p.token_ids) for p in prompts), default=0)
-    more = "data with more conversations" if split == "all" else "--split all"
-    return (
-        f"--context-length {context_length}: the {split!r} split's {len(rows)} "
-        f"conversations hold {available} tokens in all, so the longest prompt has "
-        f"{longest}; acceptance past that is not measured: use {more}"
-    )
 
 
 def _array_hint(line: str) -> str:
